@@ -1,0 +1,41 @@
+"""Map NumPy dtypes and reduction names to MPI for collective calls."""
+
+import numpy
+
+__all__ = ['reduction_op', 'check_numeric', 'REDUCE_OPS', 'validate_grad_dtype']
+
+REDUCE_OPS = ('sum', 'max', 'min', 'prod')
+
+
+def reduction_op(op):
+    """Return the ``MPI.Op`` for ``op`` (``'sum'``, ``'max'``, ``'min'``, ``'prod'`` or an ``MPI.Op``)."""
+    from mpi4py import MPI
+    if isinstance(op, MPI.Op):
+        return op
+    table = {'sum': MPI.SUM, 'max': MPI.MAX, 'min': MPI.MIN, 'prod': MPI.PROD}
+    try:
+        return table[str(op).lower()]
+    except KeyError:
+        raise ValueError('unsupported reduction op {!r}; use one of {}'.format(op, ', '.join(REDUCE_OPS)))
+
+
+def check_numeric(array, what, rank):
+    """Raise TypeError unless ``array`` has a numeric dtype MPI can reduce."""
+    kind = array.dtype.kind
+    if kind not in 'iufc':
+        raise TypeError('rank {}: {} needs a numeric array (int, uint, float, complex); got dtype {} '
+                        'with shape {}'.format(rank, what, array.dtype, array.shape))
+
+
+def validate_grad_dtype(dtype):
+    """Return ``dtype`` as a floating numpy dtype, or None; raise ValueError otherwise."""
+    if dtype is None:
+        return None
+    try:
+        dt = numpy.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind != 'f' or dt.itemsize not in (2, 4, 8):
+        raise ValueError('allreduce_grad_dtype must be None, numpy.float16, numpy.float32 or '
+                         'numpy.float64; got {!r}'.format(dtype))
+    return dt

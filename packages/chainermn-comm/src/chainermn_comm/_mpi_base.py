@@ -1,0 +1,459 @@
+"""All communicator methods implemented on MPI for host (NumPy) arrays."""
+
+import functools
+import operator
+
+import numpy
+
+from chainermn_comm import _arrays
+from chainermn_comm import _dtypes
+from chainermn_comm import _grad
+from chainermn_comm import _topology
+from chainermn_comm._errors import CommunicationError
+from chainermn_comm._guard import CallGuard
+from chainermn_comm.communicator_base import CommunicatorBase
+
+__all__ = ['MpiCommunicatorBase', 'ArrayMessage']
+
+#: Largest piece of a point-to-point or broadcast message (portable to MPI-3 libraries).
+_MAX_PIECE = 1 << 30
+
+_OBJ_OPS = {'sum': operator.add, 'max': max, 'min': min, 'prod': operator.mul}
+
+
+class ArrayMessage:
+    """Header sent before the bytes of ``send``: the shapes and dtypes that follow."""
+
+    __slots__ = ('specs', 'is_tuple')
+
+    def __init__(self, specs, is_tuple):
+        self.specs = specs
+        self.is_tuple = is_tuple
+
+    def __getstate__(self):
+        return (self.specs, self.is_tuple)
+
+    def __setstate__(self, state):
+        self.specs, self.is_tuple = state
+
+
+class _Fail:
+    """Marker a rank contributes to a header exchange when its own input is invalid."""
+
+    __slots__ = ('message',)
+
+    def __init__(self, message):
+        self.message = message
+
+    def __getstate__(self):
+        return self.message
+
+    def __setstate__(self, state):
+        self.message = state
+
+
+def _spec(a):
+    return (a.shape, a.dtype.str)
+
+
+def _bytes(a):
+    return a.reshape(-1).view(numpy.uint8)
+
+
+def _empty(spec):
+    shape, dtype = spec
+    return numpy.empty(shape, dtype=numpy.dtype(dtype))
+
+
+def _raise_if_failed(headers, rank, what):
+    fails = [(r, h.message) for r, h in enumerate(headers) if isinstance(h, _Fail)]
+    if fails:
+        detail = '; '.join('rank {}: {}'.format(r, m) for r, m in fails)
+        raise ValueError('rank {}: {} failed because of invalid input on {}'.format(
+            rank, what, detail))
+
+
+class MpiCommunicatorBase(CommunicatorBase):
+    """Communicator whose every method runs over MPI on host memory.
+
+    Arrays from CuPy are staged through host memory; GPU communicators override
+    the device paths.
+    """
+
+    #: Human-readable name used in messages; subclasses override.
+    name = 'mpi'
+
+    def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False, timeout=None):
+        from mpi4py import MPI
+        from mpi4py.util import pkl5
+        if mpi_comm is None:
+            mpi_comm = MPI.COMM_WORLD
+        if not isinstance(mpi_comm, MPI.Intracomm):
+            raise TypeError('mpi_comm must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD); '
+                            'got {}'.format(type(mpi_comm).__name__))
+        self._mpi_comm = mpi_comm
+        self._pkl = pkl5.Intracomm(mpi_comm)
+        self._rank = mpi_comm.Get_rank()
+        self._size = mpi_comm.Get_size()
+        self._topology = _topology.detect_topology(mpi_comm)
+        self.allreduce_grad_dtype = _dtypes.validate_grad_dtype(allreduce_grad_dtype)
+        self.batched_copy = bool(batched_copy)
+        self._init_kwargs = dict(allreduce_grad_dtype=allreduce_grad_dtype,
+                                 batched_copy=batched_copy, timeout=timeout)
+        self._guard = CallGuard(mpi_comm, timeout=timeout)
+        self._reducer = _grad.ChunkedReducer(mpi_comm)
+
+    def __repr__(self):
+        return '<{} rank={} size={} intra={}/{} inter={}/{}>'.format(
+            type(self).__name__, self.rank, self.size, self.intra_rank, self.intra_size,
+            self.inter_rank, self.inter_size)
+
+    # -- topology ---------------------------------------------------------
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def size(self):
+        return self._size
+
+    @property
+    def intra_rank(self):
+        return self._topology.intra_rank
+
+    @property
+    def intra_size(self):
+        return self._topology.intra_size
+
+    @property
+    def inter_rank(self):
+        return self._topology.inter_rank
+
+    @property
+    def inter_size(self):
+        return self._topology.inter_size
+
+    @property
+    def mpi_comm(self):
+        return self._mpi_comm
+
+    @property
+    def timeout(self):
+        """Watchdog timeout in seconds (0 means off)."""
+        return self._guard.timeout
+
+    # -- argument checks ----------------------------------------------------
+    def _check_rank(self, value, what):
+        if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)):
+            raise TypeError('rank {}: {} must be an int rank in [0, {}); got {!r}'.format(
+                self._rank, what, self._size, value))
+        if not 0 <= int(value) < self._size:
+            raise ValueError('rank {}: {}={} is out of range; valid ranks are 0..{}'.format(
+                self._rank, what, value, self._size - 1))
+        return int(value)
+
+    def _check_tag(self, tag):
+        from mpi4py import MPI
+        if isinstance(tag, bool) or not isinstance(tag, (int, numpy.integer)) or tag < 0:
+            raise ValueError('rank {}: tag must be a non-negative int; got {!r}'.format(self._rank, tag))
+        ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
+        if ub is not None and tag > ub:
+            raise ValueError('rank {}: tag {} exceeds MPI_TAG_UB={}'.format(self._rank, tag, ub))
+        return int(tag)
+
+    def _host_array(self, x, what):
+        """Return ``x`` as a contiguous host array or raise TypeError naming ``what``."""
+        if _arrays.is_array(x):
+            return _arrays.as_host(x)
+        if isinstance(x, (int, float, complex, numpy.number, numpy.bool_)):
+            return numpy.asarray(x)
+        raise TypeError('rank {}: {} needs a numpy/cupy ndarray or a scalar; got {}'.format(
+            self._rank, what, _arrays.describe(x)))
+
+    # -- point to point -----------------------------------------------------
+    def send(self, data, dest, tag):
+        dest = self._check_rank(dest, 'dest')
+        tag = self._check_tag(tag)
+        is_tuple = isinstance(data, (tuple, list))
+        items = list(data) if is_tuple else [data]
+        hosts = [self._host_array(x, 'send') for x in items]
+        header = ArrayMessage([_spec(h) for h in hosts], is_tuple)
+        with self._guard('send', (), collective=False, dest=dest, tag=tag,
+                         shapes=[h.shape for h in hosts]):
+            self._pkl.send(header, dest=dest, tag=tag)
+            for h in hosts:
+                self._send_bytes(_bytes(h), dest, tag)
+
+    def _send_bytes(self, b, dest, tag):
+        for start in range(0, max(1, b.size), _MAX_PIECE):
+            self._mpi_comm.Send(b[start:start + _MAX_PIECE], dest=dest, tag=tag)
+
+    def recv(self, source, tag):
+        source = self._check_rank(source, 'source')
+        tag = self._check_tag(tag)
+        with self._guard('recv', (), collective=False, source=source, tag=tag):
+            header = self._pkl.recv(source=source, tag=tag)
+            if not isinstance(header, ArrayMessage):
+                raise CommunicationError(
+                    'rank {}: recv(source={}, tag={}) got a Python object sent by send_obj ({}); '
+                    'receive it with recv_obj, or send arrays with send'.format(
+                        self._rank, source, tag, type(header).__name__))
+            outs = []
+            for spec in header.specs:
+                out = _empty(spec)
+                self._recv_bytes(_bytes(out), source, tag, spec)
+                outs.append(out)
+        if header.is_tuple:
+            return tuple(outs)
+        return outs[0]
+
+    def _recv_bytes(self, b, source, tag, spec):
+        from mpi4py import MPI
+        status = MPI.Status()
+        for start in range(0, max(1, b.size), _MAX_PIECE):
+            piece = b[start:start + _MAX_PIECE]
+            self._mpi_comm.Recv(piece, source=source, tag=tag, status=status)
+            got = status.Get_count(MPI.BYTE)
+            if got != piece.size:
+                raise CommunicationError(
+                    'rank {}: recv from rank {} (tag {}) expected {} bytes for an array of shape {} '
+                    'dtype {} but got {}; sender and receiver are out of step'.format(
+                        self._rank, source, tag, piece.size, spec[0], spec[1], got))
+
+    def send_obj(self, obj, dest, tag):
+        dest = self._check_rank(dest, 'dest')
+        tag = self._check_tag(tag)
+        with self._guard('send_obj', (), collective=False, dest=dest, tag=tag):
+            self._pkl.send(obj, dest=dest, tag=tag)
+
+    def recv_obj(self, source, tag):
+        source = self._check_rank(source, 'source')
+        tag = self._check_tag(tag)
+        with self._guard('recv_obj', (), collective=False, source=source, tag=tag):
+            obj = self._pkl.recv(source=source, tag=tag)
+        if isinstance(obj, ArrayMessage):
+            raise CommunicationError(
+                'rank {}: recv_obj(source={}, tag={}) got an array message sent by send; '
+                'receive it with recv'.format(self._rank, source, tag))
+        return obj
+
+    # -- collectives on arrays ------------------------------------------------
+    def bcast(self, data, max_buf_len=None, root=0):
+        root = self._check_rank(root, 'root')
+        if max_buf_len is not None and int(max_buf_len) <= 0:
+            raise ValueError('rank {}: max_buf_len must be positive; got {}'.format(self._rank, max_buf_len))
+        with self._guard('bcast', (('root', root),)):
+            if self._rank == root:
+                try:
+                    host = self._host_array(data, 'bcast')
+                    header = _spec(host)
+                except TypeError as e:
+                    host, header = None, _Fail(str(e))
+            else:
+                host = None
+                header = None
+            header = self._mpi_comm.bcast(header, root=root)
+            _raise_if_failed([header], self._rank, 'bcast from root {}'.format(root))
+            out = host if self._rank == root else _empty(header)
+            piece = _MAX_PIECE if max_buf_len is None else min(int(max_buf_len), _MAX_PIECE)
+            b = _bytes(out)
+            for start in range(0, b.size, piece):
+                self._mpi_comm.Bcast(b[start:start + piece], root=root)
+        return _arrays.like(out, data if self._rank == root else None)
+
+    def gather(self, data, root=0):
+        root = self._check_rank(root, 'root')
+        with self._guard('gather', (('root', root),)):
+            host, headers = self._exchange_specs(data, 'gather')
+            shapes = {h for h in headers}
+            if len(shapes) != 1:
+                raise ValueError(
+                    'rank {}: gather needs the same shape and dtype on every rank; got {}'.format(
+                        self._rank, ', '.join('rank {}: {} {}'.format(r, h[0], h[1])
+                                              for r, h in enumerate(headers))))
+            if self._rank == root:
+                out = numpy.empty((self._size,) + tuple(host.shape), dtype=host.dtype)
+                self._mpi_comm.Gather(_bytes(host), _bytes(out), root=root)
+                return _arrays.like(out, data)
+            self._mpi_comm.Gather(_bytes(host), None, root=root)
+            return None
+
+    def _exchange_specs(self, data, what):
+        """Allgather every rank's (shape, dtype); raise on all ranks if any input is invalid."""
+        try:
+            host = self._host_array(data, what)
+            mine = _spec(host)
+        except TypeError as e:
+            host, mine = None, _Fail(str(e))
+        headers = self._mpi_comm.allgather(mine)
+        _raise_if_failed(headers, self._rank, what)
+        return host, headers
+
+    def allgather(self, x):
+        with self._guard('allgather', ()):
+            host, headers = self._exchange_specs(x, 'allgather')
+            outs = [_empty(h) for h in headers]
+            counts = [o.nbytes for o in outs]
+            recv = numpy.empty(sum(counts), dtype=numpy.uint8)
+            self._mpi_comm.Allgatherv(_bytes(host), [recv, counts])
+            return tuple(_arrays.like(o, x) for o in _split_into(recv, counts, outs))
+
+    def scatter(self, xs, root=0):
+        root = self._check_rank(root, 'root')
+        with self._guard('scatter', (('root', root),)):
+            header = None
+            hosts = None
+            if self._rank == root:
+                try:
+                    if not isinstance(xs, (tuple, list)) and not _arrays.is_array(xs):
+                        raise TypeError('rank {}: scatter needs a tuple/list of arrays (or an array whose '
+                                        'first axis has length {}) on root; got {}'.format(
+                                            self._rank, self._size, _arrays.describe(xs)))
+                    if len(xs) != self._size:
+                        raise TypeError('rank {}: scatter needs exactly {} items on root (one per rank); '
+                                        'got {}'.format(self._rank, self._size, len(xs)))
+                    hosts = [self._host_array(x, 'scatter') for x in xs]
+                    header = [_spec(h) for h in hosts]
+                except TypeError as e:
+                    header = _Fail(str(e))
+            header = self._mpi_comm.bcast(header, root=root)
+            _raise_if_failed([header], self._rank, 'scatter from root {}'.format(root))
+            out = _empty(header[self._rank])
+            if self._rank == root:
+                counts = [h.nbytes for h in hosts]
+                send = numpy.concatenate([_bytes(h) for h in hosts]) if hosts else numpy.empty(0, numpy.uint8)
+                self._mpi_comm.Scatterv([send, counts], _bytes(out), root=root)
+                template = xs[0] if isinstance(xs, (tuple, list)) else xs
+            else:
+                self._mpi_comm.Scatterv(None, _bytes(out), root=root)
+                template = None
+            return _arrays.like(out, template)
+
+    def alltoall(self, xs):
+        with self._guard('alltoall', ()):
+            try:
+                if not isinstance(xs, (tuple, list)):
+                    raise TypeError('rank {}: alltoall needs a tuple/list of {} arrays; got {}'.format(
+                        self._rank, self._size, _arrays.describe(xs)))
+                if len(xs) != self._size:
+                    raise TypeError('rank {}: alltoall needs exactly {} arrays (one per rank); got {}'.format(
+                        self._rank, self._size, len(xs)))
+                hosts = [self._host_array(x, 'alltoall') for x in xs]
+                mine = [_spec(h) for h in hosts]
+            except TypeError as e:
+                hosts, mine = None, [_Fail(str(e))] * self._size
+            headers = self._mpi_comm.alltoall(mine)
+            fails = [h for h in headers if isinstance(h, _Fail)]
+            if isinstance(mine[0], _Fail) and not fails:
+                fails = [mine[0]]
+            _raise_if_failed(fails, self._rank, 'alltoall')
+            send_counts = [h.nbytes for h in hosts]
+            send = numpy.concatenate([_bytes(h) for h in hosts])
+            outs = [_empty(h) for h in headers]
+            recv_counts = [o.nbytes for o in outs]
+            recv = numpy.empty(sum(recv_counts), dtype=numpy.uint8)
+            self._mpi_comm.Alltoallv([send, send_counts], [recv, recv_counts])
+            return tuple(_arrays.like(o, xs[0]) for o in _split_into(recv, recv_counts, outs))
+
+    def allreduce(self, data, op='sum'):
+        mpi_op = _dtypes.reduction_op(op)
+        host = self._host_array(data, 'allreduce')
+        _dtypes.check_numeric(host, 'allreduce', self._rank)
+        sig = (('shape', host.shape), ('dtype', host.dtype.str), ('op', str(op)))
+        with self._guard('allreduce', sig):
+            out = numpy.empty_like(host)
+            self._allreduce_host(host, out, mpi_op)
+        return _arrays.like(out, data)
+
+    def _allreduce_host(self, src, out, mpi_op):
+        from mpi4py import MPI
+        try:
+            self._mpi_comm.Allreduce(src, out, mpi_op)
+        except MPI.Exception:
+            if src.dtype != numpy.float16:
+                raise
+            # This MPI library cannot reduce half precision: reduce in float32.
+            wide = numpy.empty(src.shape, numpy.float32)
+            self._mpi_comm.Allreduce(src.astype(numpy.float32), wide, mpi_op)
+            out[...] = wide
+
+    # -- collectives on objects ---------------------------------------------
+    def bcast_obj(self, obj, max_buf_len=None, root=0):
+        root = self._check_rank(root, 'root')
+        with self._guard('bcast_obj', (('root', root),)):
+            return self._pkl.bcast(obj, root=root)
+
+    def gather_obj(self, obj, root=0):
+        root = self._check_rank(root, 'root')
+        with self._guard('gather_obj', (('root', root),)):
+            return self._pkl.gather(obj, root=root)
+
+    def allgather_obj(self, obj):
+        """Gather a picklable object of every process on every process (a list)."""
+        with self._guard('allgather_obj', ()):
+            return self._pkl.allgather(obj)
+
+    def allreduce_obj(self, obj, op='sum'):
+        if op not in _OBJ_OPS:
+            raise ValueError('rank {}: unsupported allreduce_obj op {!r}; use one of {}'.format(
+                self._rank, op, ', '.join(sorted(_OBJ_OPS))))
+        with self._guard('allreduce_obj', (('op', op),)):
+            objs = self._pkl.allgather(obj)
+        return functools.reduce(_OBJ_OPS[op], objs)
+
+    # -- model helpers --------------------------------------------------------
+    def bcast_data(self, model):
+        params = [p for _, p in sorted(model.namedparams(), key=lambda kv: kv[0]) if p.array is not None]
+        sig = (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),)
+        with self._guard('bcast_data', sig):
+            self._bcast_params(params)
+
+    def _bcast_params(self, params):
+        arrays = [self._param_host(p, 'array') for p in params]
+        self._reducer.bcast([a for a, _ in arrays], root=0)
+        for p, (a, on_device) in zip(params, arrays):
+            if on_device:
+                p.array[...] = _arrays.like(a, p.array)
+            elif a is not p.array:
+                p.array[...] = a
+
+    def allreduce_grad(self, model, zero_fill=True):
+        params = _grad.collect_params(model, zero_fill)
+        sig = (('params', tuple((p.grad.shape, p.grad.dtype.str) for p in params)),)
+        with self._guard('allreduce_grad', sig):
+            self._mean_grads(params)
+
+    def multi_node_mean_grad(self, model, zero_fill=True):
+        return self.allreduce_grad(model, zero_fill=zero_fill)
+
+    def _mean_grads(self, params):
+        """Average the gradients of ``params`` over all ranks in place."""
+        staged = [self._param_host(p, 'grad') for p in params]
+        self._reducer.mean([a for a, _ in staged], dtype=self.allreduce_grad_dtype)
+        for p, (a, on_device) in zip(params, staged):
+            if on_device:
+                p.grad[...] = _arrays.like(a, p.grad)
+
+    @staticmethod
+    def _param_host(param, attr):
+        """Return (contiguous host array for ``param.<attr>``, whether it was staged from a GPU)."""
+        arr = getattr(param, attr)
+        if isinstance(arr, numpy.ndarray):
+            if not arr.flags.c_contiguous:
+                arr = numpy.ascontiguousarray(arr)
+                setattr(param, attr, arr)
+            return arr, False
+        return _arrays.as_host(arr), True
+
+    def split(self, color, key):
+        with self._guard('split', ()):
+            new = self._mpi_comm.Split(color, key)
+        return type(self)(mpi_comm=new, **self._init_kwargs)
+
+
+def _split_into(recv, counts, outs):
+    offset = 0
+    for out, n in zip(outs, counts):
+        _bytes(out)[...] = recv[offset:offset + n]
+        offset += n
+    return outs

@@ -1,0 +1,42 @@
+"""Work out which ranks share a node (intra) and which node a rank is on (inter)."""
+
+import collections
+import os
+
+__all__ = ['Topology', 'detect_topology', 'RANKS_PER_NODE_ENV']
+
+#: Simulate nodes of this many consecutive ranks (for testing multi-node paths on one machine).
+RANKS_PER_NODE_ENV = 'CHAINERMN_RANKS_PER_NODE'
+
+Topology = collections.namedtuple(
+    'Topology', ['node_id', 'intra_rank', 'intra_size', 'inter_rank', 'inter_size', 'hosts'])
+
+
+def _simulated_node_size():
+    value = os.environ.get(RANKS_PER_NODE_ENV, '').strip()
+    if not value:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError('{}={!r} must be a positive integer (ranks per simulated node)'.format(
+            RANKS_PER_NODE_ENV, value))
+    return n
+
+
+def detect_topology(mpi_comm):
+    """Return the Topology of ``mpi_comm`` by grouping ranks by host (one allgather)."""
+    from mpi4py import MPI
+    rank = mpi_comm.Get_rank()
+    per_node = _simulated_node_size()
+    if per_node is not None:
+        keys = ['node{}'.format(r // per_node) for r in range(mpi_comm.Get_size())]
+    else:
+        keys = mpi_comm.allgather(MPI.Get_processor_name())
+    order = list(collections.OrderedDict.fromkeys(keys))
+    node_id = order.index(keys[rank])
+    same_node = [r for r, k in enumerate(keys) if k == keys[rank]]
+    return Topology(node_id=node_id, intra_rank=same_node.index(rank), intra_size=len(same_node),
+                    inter_rank=node_id, inter_size=len(order), hosts=tuple(keys))

@@ -1,0 +1,119 @@
+"""The interface every chainermn communicator implements."""
+
+import abc
+
+__all__ = ['CommunicatorBase']
+
+
+class CommunicatorBase(abc.ABC):
+    """Interface definition of all communicators.
+
+    Methods without a suffix handle ndarrays (NumPy, or CuPy on GPU
+    communicators); methods with the ``_obj`` suffix handle picklable Python
+    objects. Every abstract method must be implemented by a concrete class.
+    """
+
+    # -- topology ---------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def rank(self):
+        """Rank (process id in the cluster) of this process."""
+
+    @property
+    @abc.abstractmethod
+    def size(self):
+        """Number of processes of the cluster."""
+
+    @property
+    @abc.abstractmethod
+    def intra_rank(self):
+        """Intra rank (process id in the machine) of this process."""
+
+    @property
+    @abc.abstractmethod
+    def intra_size(self):
+        """Number of processes on this machine."""
+
+    @property
+    @abc.abstractmethod
+    def inter_rank(self):
+        """The rank of this node in the cluster."""
+
+    @property
+    @abc.abstractmethod
+    def inter_size(self):
+        """Number of nodes that participate in the cluster."""
+
+    @property
+    @abc.abstractmethod
+    def mpi_comm(self):
+        """The underlying mpi4py communicator."""
+
+    # -- ndarray / object methods, in the reference's order ---------------
+    @abc.abstractmethod
+    def send(self, data, dest, tag):
+        """Send an ndarray (or a tuple/list of ndarrays) to ``dest``."""
+
+    @abc.abstractmethod
+    def recv(self, source, tag):
+        """Receive an ndarray (or a tuple of ndarrays) from ``source``."""
+
+    @abc.abstractmethod
+    def bcast(self, data, max_buf_len=None, root=0):
+        """Broadcast an ndarray from ``root`` to all processes."""
+
+    @abc.abstractmethod
+    def gather(self, data, root=0):
+        """Gather ndarrays of all processes to ``root``."""
+
+    @abc.abstractmethod
+    def allreduce(self, data):
+        """Reduce an ndarray over all processes and return the result to all."""
+
+    @abc.abstractmethod
+    def alltoall(self, xs):
+        """Send ``xs[i]`` to rank ``i`` and return what every rank sent here."""
+
+    @abc.abstractmethod
+    def scatter(self, xs, root=0):
+        """Scatter ``xs[i]`` from ``root`` to rank ``i``."""
+
+    @abc.abstractmethod
+    def allgather(self, x):
+        """Gather ``x`` of every process on every process."""
+
+    @abc.abstractmethod
+    def send_obj(self, obj, dest, tag):
+        """Send a picklable object to ``dest``."""
+
+    @abc.abstractmethod
+    def recv_obj(self, source, tag):
+        """Receive a picklable object from ``source``."""
+
+    @abc.abstractmethod
+    def bcast_obj(self, obj, max_buf_len=None, root=0):
+        """Broadcast a picklable object from ``root``."""
+
+    @abc.abstractmethod
+    def gather_obj(self, obj, root=0):
+        """Gather picklable objects of all processes to ``root``."""
+
+    @abc.abstractmethod
+    def allreduce_obj(self, obj):
+        """Reduce picklable objects (sum by default) and return the result to all."""
+
+    @abc.abstractmethod
+    def bcast_data(self, model):
+        """Broadcast the parameter data of a Chainer link from rank 0."""
+
+    @abc.abstractmethod
+    def allreduce_grad(self, model):
+        """Average the parameter gradients of a Chainer link over all processes."""
+
+    def multi_node_mean_grad(self, model, zero_fill=True):
+        """Average the parameter gradients of a Chainer link (newer name of ``allreduce_grad``)."""
+        return self.allreduce_grad(model, zero_fill=zero_fill)
+
+    @abc.abstractmethod
+    def split(self, color, key):
+        """Split into sub-communicators like ``MPI_Comm_split``."""

@@ -1,0 +1,84 @@
+"""Abort the whole MPI job when one rank dies of an uncaught Python exception.
+
+Use ``chainermn.global_except_hook.add_hook()``, or set
+``CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1`` (checked when chainermn is imported), or run
+``python -m mpi4py script.py``.
+"""
+
+import os
+import sys
+import threading
+
+__all__ = ['add_hook', 'remove_hook', 'FORCE_ABORT_ENV', 'EXIT_STATUS']
+
+FORCE_ABORT_ENV = 'CHAINERMN_FORCE_ABORT_ON_EXCEPTION'
+#: Status passed to MPI_Abort after an uncaught exception.
+EXIT_STATUS = 1
+
+_state = {'sys': None, 'threading': None}
+
+
+def _rank():
+    try:
+        from mpi4py import MPI
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            return MPI.COMM_WORLD.Get_rank()
+    except Exception:
+        pass
+    return os.environ.get('PMI_RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '?'))
+
+
+def _abort(exc_type, exc_value, exc_tb, previous):
+    try:
+        previous(exc_type, exc_value, exc_tb)
+        sys.stderr.write(
+            '\n*****\nchainermn: uncaught {} on rank {}; calling MPI_Abort() to stop all ranks.\n'
+            '*****\n'.format(exc_type.__name__, _rank()))
+        sys.stderr.flush()
+    finally:
+        try:
+            from mpi4py import MPI
+            if MPI.Is_initialized() and not MPI.Is_finalized():
+                MPI.COMM_WORLD.Abort(EXIT_STATUS)
+        except Exception:
+            sys.stderr.write('chainermn: MPI_Abort failed; this MPI process may hang.\n')
+            sys.stderr.flush()
+        os._exit(EXIT_STATUS)
+
+
+def _sys_hook(exc_type, exc_value, exc_tb):
+    if issubclass(exc_type, KeyboardInterrupt) and exc_type is not KeyboardInterrupt:
+        return _state['sys'](exc_type, exc_value, exc_tb)
+    _abort(exc_type, exc_value, exc_tb, _state['sys'])
+
+
+def _thread_hook(args):
+    if args.exc_type is SystemExit:
+        return
+    _abort(args.exc_type, args.exc_value, args.exc_traceback,
+           lambda t, v, tb: _state['threading'](args))
+
+
+def add_hook():
+    """Install the hook: an uncaught exception in any thread prints and aborts the MPI job."""
+    if _state['sys'] is not None:
+        return
+    _state['sys'] = sys.excepthook
+    _state['threading'] = threading.excepthook
+    sys.excepthook = _sys_hook
+    threading.excepthook = _thread_hook
+
+
+def remove_hook():
+    """Restore the exception hooks that were in place before add_hook()."""
+    if _state['sys'] is None:
+        return
+    sys.excepthook = _state['sys']
+    threading.excepthook = _state['threading']
+    _state['sys'] = _state['threading'] = None
+
+
+def _add_hook_if_enabled():
+    """Install the hook when $CHAINERMN_FORCE_ABORT_ON_EXCEPTION is set to a true value."""
+    if os.environ.get(FORCE_ABORT_ENV, '').strip().lower() not in ('', '0', 'false', 'no', 'off'):
+        add_hook()

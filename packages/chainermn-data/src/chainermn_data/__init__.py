@@ -1,0 +1,3 @@
+"""ChainerMN dataset scattering and multi-node iterators"""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""ChainerMN model-parallel links and differentiable communication functions"""
+
+__all__ = []

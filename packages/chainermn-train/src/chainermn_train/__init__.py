@@ -1,0 +1,3 @@
+"""ChainerMN multi-node optimizer, evaluator, trainer extensions and checkpoints"""
+
+__all__ = []
