@@ -19,13 +19,18 @@ def is_array(x):
     return isinstance(x, numpy.ndarray) or type(x).__module__.startswith('cupy')
 
 
+def _contiguous(a):
+    # numpy.ascontiguousarray would turn a 0-d array into shape (1,); keep the shape.
+    return a if a.flags.c_contiguous else a.copy(order='C')
+
+
 def as_host(x):
-    """Return ``x`` as a C-contiguous NumPy array (copying from the GPU if needed)."""
+    """Return ``x`` as a C-contiguous NumPy array of the same shape (copying from the GPU if needed)."""
     if isinstance(x, numpy.ndarray):
-        return numpy.ascontiguousarray(x)
+        return _contiguous(x)
     if type(x).__module__.startswith('cupy'):
-        return numpy.ascontiguousarray(x.get())
-    return numpy.ascontiguousarray(numpy.asarray(x))
+        return _contiguous(numpy.asarray(x.get()))
+    return _contiguous(numpy.asarray(x))
 
 
 def like(host, template):

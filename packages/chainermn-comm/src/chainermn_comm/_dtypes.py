@@ -19,12 +19,16 @@ def reduction_op(op):
         raise ValueError('unsupported reduction op {!r}; use one of {}'.format(op, ', '.join(REDUCE_OPS)))
 
 
-def check_numeric(array, what, rank):
-    """Raise TypeError unless ``array`` has a numeric dtype MPI can reduce."""
+def check_numeric(array, what, rank, op='sum'):
+    """Raise TypeError unless ``array`` has a numeric dtype MPI can reduce with ``op``."""
     kind = array.dtype.kind
     if kind not in 'iufc':
         raise TypeError('rank {}: {} needs a numeric array (int, uint, float, complex); got dtype {} '
                         'with shape {}'.format(rank, what, array.dtype, array.shape))
+    if kind == 'c' and isinstance(op, str) and op.lower() in ('max', 'min'):
+        raise TypeError('rank {}: {} with op={!r} is undefined for complex dtype {} (shape {}); '
+                        'use sum or prod, or reduce the real and imaginary parts separately'.format(
+                            rank, what, op, array.dtype, array.shape))
 
 
 def validate_grad_dtype(dtype):

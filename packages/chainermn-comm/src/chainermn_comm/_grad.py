@@ -1,19 +1,23 @@
-"""Reduce or broadcast the arrays of many parameters through one reused, cache-sized buffer.
+"""Reduce or broadcast the arrays of many parameters in place, in cache-sized pieces.
 
-Gradients are copied chunk by chunk into a persistent buffer of ``chunk_bytes``,
-all-reduced in place, and copied back with the averaging fused into the copy.  The
-buffer stays in cache, so memory traffic is one read and one write of each gradient,
-the same as an in-place all-reduce of an already packed buffer.
+Large gradients are all-reduced in place in slices of ``chunk_bytes`` and scaled by
+``1/size`` while each slice is still in cache, so they cost no pack and no unpack.
+Small gradients (below ``direct_bytes``) are packed into one persistent buffer of
+``chunk_bytes``, all-reduced together, and copied back with the averaging fused into
+the copy, so that a hundred tiny arrays cost one message rather than a hundred.
 """
 
 import os
 
 import numpy
 
-__all__ = ['ChunkedReducer', 'collect_params', 'DEFAULT_CHUNK_BYTES', 'CHUNK_ENV']
+__all__ = ['ChunkedReducer', 'collect_params', 'DEFAULT_CHUNK_BYTES', 'CHUNK_ENV',
+           'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
 
 CHUNK_ENV = 'CHAINERMN_CHUNK_BYTES'
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+DIRECT_ENV = 'CHAINERMN_DIRECT_BYTES'
+DEFAULT_DIRECT_BYTES = 256 * 1024
 
 
 def collect_params(model, zero_fill):
@@ -37,15 +41,24 @@ def collect_params(model, zero_fill):
 
 
 class ChunkedReducer:
-    """Pack, communicate and unpack host arrays through one reused chunk buffer."""
+    """Reduce or broadcast host arrays in place, in cache-sized pieces.
 
-    def __init__(self, mpi_comm, chunk_bytes=None):
+    Arrays of at least ``direct_bytes`` (and already in the reduction dtype) are
+    all-reduced in place, slice by slice, and averaged while the slice is still in
+    cache: no pack and no unpack.  Smaller arrays are packed together into one reused
+    chunk buffer, so that many tiny gradients cost one message instead of one each.
+    """
+
+    def __init__(self, mpi_comm, chunk_bytes=None, direct_bytes=None):
         if chunk_bytes is None:
             chunk_bytes = int(os.environ.get(CHUNK_ENV, DEFAULT_CHUNK_BYTES))
         if chunk_bytes < 64:
             raise ValueError('chunk_bytes must be at least 64 bytes; got {}'.format(chunk_bytes))
+        if direct_bytes is None:
+            direct_bytes = int(os.environ.get(DIRECT_ENV, DEFAULT_DIRECT_BYTES))
         self.mpi_comm = mpi_comm
         self.chunk_bytes = int(chunk_bytes)
+        self.direct_bytes = int(direct_bytes)
         self._buffers = {}
 
     def _buffer(self, dtype):
@@ -59,28 +72,43 @@ class ChunkedReducer:
         """Average the C-contiguous host ``arrays`` over all ranks, in place.
 
         ``dtype`` is the dtype the reduction runs in (the arrays' own when None).
-        With float16 the scaling happens before the reduction so that sums cannot overflow.
+        Sums are scaled by ``1/size`` after the reduction; with 2-byte dtypes (float16)
+        the scaling happens before the reduction so that sums cannot overflow.  Either
+        way each element gets the same operations whichever path it takes.
         """
         from mpi4py import MPI
         size = self.mpi_comm.Get_size()
         if size == 1:
             return
+        comm = self.mpi_comm
         scale = 1.0 / size
         for red_dtype, group in _group_by_dtype(arrays, dtype):
             pre = red_dtype.itemsize == 2
             buf = self._buffer(red_dtype)
-            comm = self.mpi_comm
+            step = buf.size
+            small = []
+            for a in group:
+                if a.dtype != red_dtype or a.nbytes < self.direct_bytes:
+                    small.append(a)
+                    continue
+                for s in range(0, a.size, step):
+                    view = a[s:s + step]
+                    if pre:
+                        numpy.multiply(view, scale, out=view)
+                    comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
+                    if not pre:
+                        numpy.multiply(view, scale, out=view)
+            if not small:
+                continue
 
             def reduce_chunk(view):
                 comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
 
             if pre:
-                pack = _pack_scaled(scale)
-                unpack = _unpack_plain
+                pack, unpack = _pack_scaled(scale), _unpack_plain
             else:
-                pack = _pack_plain
-                unpack = _unpack_scaled(scale)
-            _pipeline(group, buf, pack, reduce_chunk, unpack)
+                pack, unpack = _pack_plain, _unpack_scaled(scale)
+            _pipeline(small, buf, pack, reduce_chunk, unpack)
 
     def bcast(self, arrays, root=0):
         """Overwrite the C-contiguous host ``arrays`` on every rank with root's values."""
@@ -88,11 +116,21 @@ class ChunkedReducer:
         is_root = comm.Get_rank() == root
         for red_dtype, group in _group_by_dtype(arrays, None):
             buf = self._buffer(red_dtype)
+            step = buf.size
+            small = []
+            for a in group:
+                if a.nbytes < self.direct_bytes:
+                    small.append(a)
+                    continue
+                for s in range(0, a.size, step):
+                    comm.Bcast(a[s:s + step], root=root)
+            if not small:
+                continue
 
             def bcast_chunk(view):
                 comm.Bcast(view, root=root)
 
-            _pipeline(group, buf, _pack_plain if is_root else _pack_none, bcast_chunk,
+            _pipeline(small, buf, _pack_plain if is_root else _pack_none, bcast_chunk,
                       _unpack_none if is_root else _unpack_plain)
 
 

@@ -164,6 +164,10 @@ class MpiCommunicatorBase(CommunicatorBase):
     def _host_array(self, x, what):
         """Return ``x`` as a contiguous host array or raise TypeError naming ``what``."""
         if _arrays.is_array(x):
+            if x.dtype.hasobject:
+                raise TypeError('rank {}: {} cannot send arrays of dtype {} (they hold Python objects, '
+                                'shape {}); send Python objects with send_obj, bcast_obj, gather_obj or allgather_obj'.format(
+                                    self._rank, what, x.dtype, x.shape))
             return _arrays.as_host(x)
         if isinstance(x, (int, float, complex, numpy.number, numpy.bool_)):
             return numpy.asarray(x)
@@ -232,6 +236,11 @@ class MpiCommunicatorBase(CommunicatorBase):
         with self._guard('recv_obj', (), collective=False, source=source, tag=tag):
             obj = self._pkl.recv(source=source, tag=tag)
         if isinstance(obj, ArrayMessage):
+            # Consume the array bytes that follow the header so the sender is not left blocked
+            # and the next message from this peer is read correctly.
+            with self._guard('recv_obj', (), collective=False, source=source, tag=tag):
+                for spec in obj.specs:
+                    self._recv_bytes(_bytes(_empty(spec)), source, tag, spec)
             raise CommunicationError(
                 'rank {}: recv_obj(source={}, tag={}) got an array message sent by send; '
                 'receive it with recv'.format(self._rank, source, tag))
@@ -358,7 +367,7 @@ class MpiCommunicatorBase(CommunicatorBase):
     def allreduce(self, data, op='sum'):
         mpi_op = _dtypes.reduction_op(op)
         host = self._host_array(data, 'allreduce')
-        _dtypes.check_numeric(host, 'allreduce', self._rank)
+        _dtypes.check_numeric(host, 'allreduce', self._rank, op=op)
         sig = (('shape', host.shape), ('dtype', host.dtype.str), ('op', str(op)))
         with self._guard('allreduce', sig):
             out = numpy.empty_like(host)
@@ -440,14 +449,17 @@ class MpiCommunicatorBase(CommunicatorBase):
         arr = getattr(param, attr)
         if isinstance(arr, numpy.ndarray):
             if not arr.flags.c_contiguous:
-                arr = numpy.ascontiguousarray(arr)
+                arr = arr.copy(order='C')  # keeps 0-d shapes, unlike ascontiguousarray
                 setattr(param, attr, arr)
             return arr, False
         return _arrays.as_host(arr), True
 
     def split(self, color, key):
+        from mpi4py import MPI
         with self._guard('split', ()):
             new = self._mpi_comm.Split(color, key)
+        if new == MPI.COMM_NULL:  # color=MPI.UNDEFINED: this rank is in no new communicator
+            return None
         return type(self)(mpi_comm=new, **self._init_kwargs)
 
 

@@ -1,3 +1,8 @@
-"""ChainerMN model-parallel links and differentiable communication functions"""
+"""chainermn-links: model-parallel links and differentiable communication functions."""
 
-__all__ = []
+from chainermn_links import functions, links, testing
+from chainermn_links.chain_list import MultiNodeChainList
+
+__version__ = '0.1.0'
+
+__all__ = ['MultiNodeChainList', 'functions', 'links', 'testing', '__version__']

@@ -1,3 +1,13 @@
-"""ChainerMN multi-node optimizer, evaluator, trainer extensions and checkpoints"""
+"""ChainerMN multi-node optimizer, evaluator, trainer extensions and checkpoints."""
 
-__all__ = []
+from chainermn_train import extensions
+from chainermn_train._evaluator import create_multi_node_evaluator
+from chainermn_train._optimizer import MultiNodeOptimizer, create_multi_node_optimizer
+from chainermn_train.extensions import (AllreducePersistent, create_multi_node_checkpoint,
+                                        create_multi_node_checkpointer)
+
+__version__ = '0.1.0'
+
+__all__ = ['create_multi_node_optimizer', 'create_multi_node_evaluator', 'MultiNodeOptimizer',
+           'AllreducePersistent', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',
+           'extensions', '__version__']

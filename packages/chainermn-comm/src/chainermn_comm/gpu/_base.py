@@ -1,0 +1,351 @@
+"""Device-aware communicator base: gradient packing, device bcast/allreduce, CUDA-aware MPI paths."""
+
+import numpy
+
+from chainermn_comm import _arrays
+from chainermn_comm import _dtypes
+from chainermn_comm._mpi_base import ArrayMessage, MpiCommunicatorBase, _Fail, _raise_if_failed
+from chainermn_comm.gpu import _cuda_aware
+from chainermn_comm.gpu import _kernels
+from chainermn_comm.gpu import _layout
+
+__all__ = ['GpuCommunicatorBase', 'DeviceArrayMessage', 'HOST_CHUNK_BYTES']
+
+#: Piece size of host-staged MPI reductions (reused buffers; see ARCHITECTURE: big messages).
+HOST_CHUNK_BYTES = 4 * 1024 * 1024
+_MAX_PIECE = 1 << 30
+
+
+class DeviceArrayMessage(ArrayMessage):
+    """ArrayMessage that also says which items were CuPy arrays (received onto the device)."""
+
+    __slots__ = ('on_device',)
+
+    def __init__(self, specs, is_tuple, on_device):
+        super().__init__(specs, is_tuple)
+        self.on_device = on_device
+
+    def __getstate__(self):
+        return (self.specs, self.is_tuple, self.on_device)
+
+    def __setstate__(self, state):
+        self.specs, self.is_tuple, self.on_device = state
+
+
+def _is_device(x):
+    return type(x).__module__.startswith('cupy')
+
+
+def _dev_bytes(a):
+    import cupy
+    return a.reshape(-1).view(cupy.uint8)
+
+
+class GpuCommunicatorBase(MpiCommunicatorBase):
+    """MPI communicator that keeps CuPy arrays on the device where it can.
+
+    Subclasses implement ``_sum_buffer(buf, layout)`` (sum a packed gradient buffer over all
+    ranks in place), and may override ``_device_allreduce`` and ``_device_bcast``.
+    """
+
+    name = 'gpu'
+
+    def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False, timeout=None):
+        super().__init__(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype,
+                         batched_copy=batched_copy, timeout=timeout)
+        import cupy  # NOQA: fail here, not at first use, when CuPy is missing
+        self.cuda_aware, self.cuda_aware_reason = _cuda_aware.detect_cuda_aware()
+        self._packer = _kernels.GradPacker(batched=self.batched_copy)
+        self._setup()
+
+    def _setup(self):
+        """Create sub-communicators (collective; called once from __init__)."""
+
+    def _grad_align(self):
+        """Return the multiple packed gradient buffers are padded to (node size for reduce-scatter)."""
+        return 1
+
+    # -- helpers ---------------------------------------------------------
+    def _check_device(self, arr, what):
+        import cupy
+        dev = cupy.cuda.runtime.getDevice()
+        if arr.device.id != dev:
+            raise ValueError('rank {}: {} got a CuPy array on device {} but the current device is {}; '
+                             'use cupy.cuda.Device(comm.intra_rank).use() and keep arrays there'.format(
+                                 self.rank, what, arr.device.id, dev))
+
+    def _sync(self):
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
+
+    def _mpi_bcast_dev(self, comm, arr, root):
+        """Broadcast contiguous device ``arr`` over MPI ``comm`` (device pointers only if CUDA-aware)."""
+        b = _dev_bytes(arr)
+        if self.cuda_aware:
+            self._sync()
+            for start in range(0, b.size, _MAX_PIECE):
+                comm.Bcast(b[start:start + _MAX_PIECE], root=root)
+            return
+        host = b.get() if comm.Get_rank() == root else numpy.empty(b.size, numpy.uint8)
+        for start in range(0, host.size, _MAX_PIECE):
+            comm.Bcast(host[start:start + _MAX_PIECE], root=root)
+        if comm.Get_rank() != root:
+            b.set(host)
+
+    def _mpi_allreduce_dev(self, comm, arr, op='sum'):
+        """All-reduce contiguous device ``arr`` in place over MPI ``comm``."""
+        mpi_op = _dtypes.reduction_op(op)
+        if comm.Get_size() == 1:
+            return
+        if self.cuda_aware:
+            from mpi4py import MPI
+            self._sync()
+            try:
+                comm.Allreduce(MPI.IN_PLACE, arr, mpi_op)
+                return
+            except MPI.Exception:
+                if arr.dtype != numpy.float16:
+                    raise
+            wide = arr.astype(numpy.float32)
+            self._sync()
+            comm.Allreduce(MPI.IN_PLACE, wide, mpi_op)
+            arr[...] = wide
+            return
+        host = arr.get()
+        _host_allreduce_inplace(comm, host.reshape(-1), mpi_op)
+        arr.set(host)
+
+    # -- gradients ---------------------------------------------------------
+    def _mean_grads(self, params):
+        grads = [p.grad for p in params]
+        if not grads or not all(_is_device(g) for g in grads):
+            return super()._mean_grads(params)
+        for g in grads:
+            self._check_device(g, 'allreduce_grad')
+        scale = 1.0 / self.size
+        for buf_dtype, idx in _group(grads, self.allreduce_grad_dtype):
+            arrays = [grads[i] for i in idx]
+            plan = self._packer.plan(arrays, buf_dtype, align=self._grad_align())
+            buf = self._packer.buffer(buf_dtype, plan.layout.padded, 'grad')
+            # Scale before any narrowing cast: float16 sums cannot overflow, small values survive.
+            self._packer.pack(arrays, buf, plan, scale=scale)
+            self._sum_buffer(buf, plan.layout)
+            self._packer.unpack(buf, arrays, plan, scale=1.0)
+
+    def _sum_buffer(self, buf, layout):
+        """Sum the packed device buffer ``buf`` over all ranks in place."""
+        self._mpi_allreduce_dev(self._mpi_comm, buf, 'sum')
+
+    def _bcast_params(self, params):
+        arrays = [p.array for p in params]
+        if not arrays or not all(_is_device(a) for a in arrays):
+            return super()._bcast_params(params)
+        for a in arrays:
+            self._check_device(a, 'bcast_data')
+        is_root = self.rank == 0
+        floats = [i for i, a in enumerate(arrays) if a.dtype in _layout.SUPPORTED_FLOATS]
+        others = [i for i in range(len(arrays)) if i not in set(floats)]
+        for buf_dtype, idx in _group([arrays[i] for i in floats], None):
+            group = [arrays[floats[i]] for i in idx]
+            plan = self._packer.plan(group, buf_dtype)
+            buf = self._packer.buffer(buf_dtype, plan.layout.padded, 'bcast')
+            if is_root:
+                self._packer.pack(group, buf, plan)
+            self._device_bcast(buf, 0)
+            if not is_root:
+                self._packer.unpack(buf, group, plan)
+        for i in others:
+            a = arrays[i]
+            tmp = a if a.flags.c_contiguous else a.copy()
+            self._device_bcast(tmp, 0)
+            if tmp is not a:
+                a[...] = tmp
+
+    # -- array collectives ---------------------------------------------------
+    def _device_bcast(self, arr, root):
+        """Broadcast contiguous device ``arr`` from ``root`` in place."""
+        self._mpi_bcast_dev(self._mpi_comm, arr, root)
+
+    def _device_allreduce(self, arr, op):
+        """All-reduce contiguous device ``arr`` in place; return False to fall back to host staging."""
+        if not self.cuda_aware:
+            return False
+        self._mpi_allreduce_dev(self._mpi_comm, arr, op)
+        return True
+
+    def allreduce(self, data, op='sum'):
+        if not _is_device(data):
+            return super().allreduce(data, op)
+        import cupy
+        self._check_device(data, 'allreduce')
+        _dtypes.reduction_op(op)
+        _dtypes.check_numeric(data, 'allreduce', self.rank)
+        out = cupy.array(data, order='C', copy=True)
+        sig = (('shape', out.shape), ('dtype', out.dtype.str), ('op', str(op)))
+        with self._guard('allreduce', sig):
+            done = self._device_allreduce(out.reshape(-1), op)
+        if done:
+            return out
+        return super().allreduce(data, op)
+
+    def bcast(self, data, max_buf_len=None, root=0):
+        import cupy
+        root = self._check_rank(root, 'root')
+        if max_buf_len is not None and int(max_buf_len) <= 0:
+            raise ValueError('rank {}: max_buf_len must be positive; got {}'.format(self.rank, max_buf_len))
+        with self._guard('bcast', (('root', root),)):
+            arr = None
+            if self.rank == root:
+                try:
+                    if _is_device(data):
+                        self._check_device(data, 'bcast')
+                        arr = cupy.ascontiguousarray(data)
+                        header = ('device', arr.shape, arr.dtype.str)
+                    else:
+                        arr = self._host_array(data, 'bcast')
+                        header = ('host', arr.shape, arr.dtype.str)
+                except (TypeError, ValueError) as e:
+                    header = _Fail(str(e))
+            else:
+                header = None
+            header = self._mpi_comm.bcast(header, root=root)
+            _raise_if_failed([header], self.rank, 'bcast from root {}'.format(root))
+            kind, shape, dtype = header
+            if kind == 'device':
+                if self.rank == root:
+                    out = arr
+                else:
+                    out = cupy.empty(shape, dtype=numpy.dtype(dtype))
+                if out.size:
+                    self._device_bcast(out, root)
+                return out
+            out = arr if self.rank == root else numpy.empty(shape, dtype=numpy.dtype(dtype))
+            piece = _MAX_PIECE if max_buf_len is None else min(int(max_buf_len), _MAX_PIECE)
+            b = out.reshape(-1).view(numpy.uint8)
+            for start in range(0, b.size, piece):
+                self._mpi_comm.Bcast(b[start:start + piece], root=root)
+            return out
+
+    # -- point to point --------------------------------------------------------
+    def send(self, data, dest, tag):
+        dest = self._check_rank(dest, 'dest')
+        tag = self._check_tag(tag)
+        is_tuple = isinstance(data, (tuple, list))
+        items = list(data) if is_tuple else [data]
+        bufs = []
+        for x in items:
+            if _is_device(x):
+                import cupy
+                self._check_device(x, 'send')
+                x = cupy.ascontiguousarray(x)
+                bufs.append((x, True))
+            else:
+                bufs.append((self._host_array(x, 'send'), False))
+        header = DeviceArrayMessage([(b.shape, b.dtype.str) for b, _ in bufs], is_tuple,
+                                    [d for _, d in bufs])
+        with self._guard('send', (), collective=False, dest=dest, tag=tag,
+                         shapes=[b.shape for b, _ in bufs]):
+            self._pkl.send(header, dest=dest, tag=tag)
+            if any(d for _, d in bufs) and self.cuda_aware:
+                self._sync()
+            for b, on_dev in bufs:
+                if on_dev and not self.cuda_aware:
+                    b = b.get()
+                raw = _dev_bytes(b) if _is_device(b) else b.reshape(-1).view(numpy.uint8)
+                for start in range(0, max(1, raw.size), _MAX_PIECE):
+                    self._mpi_comm.Send(raw[start:start + _MAX_PIECE], dest=dest, tag=tag)
+
+    def recv(self, source, tag):
+        from mpi4py import MPI
+        import cupy
+        from chainermn_comm._errors import CommunicationError
+        source = self._check_rank(source, 'source')
+        tag = self._check_tag(tag)
+        with self._guard('recv', (), collective=False, source=source, tag=tag):
+            header = self._pkl.recv(source=source, tag=tag)
+            if not isinstance(header, ArrayMessage):
+                raise CommunicationError(
+                    'rank {}: recv(source={}, tag={}) got a Python object sent by send_obj ({}); '
+                    'receive it with recv_obj, or send arrays with send'.format(
+                        self.rank, source, tag, type(header).__name__))
+            on_device = getattr(header, 'on_device', None) or [False] * len(header.specs)
+            outs = []
+            status = MPI.Status()
+            for (shape, dtype), dev in zip(header.specs, on_device):
+                dt = numpy.dtype(dtype)
+                direct = dev and self.cuda_aware
+                out = cupy.empty(shape, dt) if direct else numpy.empty(shape, dt)
+                raw = _dev_bytes(out) if direct else out.reshape(-1).view(numpy.uint8)
+                for start in range(0, max(1, raw.size), _MAX_PIECE):
+                    piece = raw[start:start + _MAX_PIECE]
+                    self._mpi_comm.Recv(piece, source=source, tag=tag, status=status)
+                    if status.Get_count(MPI.BYTE) != piece.size:
+                        raise CommunicationError(
+                            'rank {}: recv from rank {} (tag {}) expected {} bytes for shape {} dtype {} '
+                            'but got {}'.format(self.rank, source, tag, piece.size, shape, dt,
+                                                status.Get_count(MPI.BYTE)))
+                if dev and not direct:
+                    out = cupy.asarray(out)
+                outs.append(out)
+        return tuple(outs) if header.is_tuple else outs[0]
+
+    # -- gather-like collectives -----------------------------------------------------
+    def allgather(self, x):
+        if not (self.cuda_aware and _is_device(x)):
+            return super().allgather(x)
+        import cupy
+        self._check_device(x, 'allgather')
+        with self._guard('allgather', ()):
+            x = cupy.ascontiguousarray(x)
+            headers = self._mpi_comm.allgather((x.shape, x.dtype.str))
+            counts = [int(numpy.prod(s)) * numpy.dtype(d).itemsize for s, d in headers]
+            recv = cupy.empty(sum(counts), dtype=cupy.uint8)
+            self._sync()
+            self._mpi_comm.Allgatherv(_dev_bytes(x), [recv, counts])
+            outs = []
+            off = 0
+            for (shape, dtype), n in zip(headers, counts):
+                outs.append(recv[off:off + n].view(numpy.dtype(dtype)).reshape(shape).copy())
+                off += n
+            return tuple(outs)
+
+    def scatter(self, xs, root=0):
+        root = self._check_rank(root, 'root')
+        on_dev = None
+        if self.rank == root:
+            items = list(xs) if isinstance(xs, (tuple, list)) else None
+            on_dev = bool(items) and all(_is_device(x) for x in items) if items is not None else _is_device(xs)
+        on_dev = self._mpi_comm.bcast(on_dev, root=root)
+        out = super().scatter(xs, root=root)
+        if on_dev and not _is_device(out):
+            import cupy
+            out = cupy.asarray(out)
+        return out
+
+
+def _group(arrays, buf_dtype):
+    """Return [(buffer dtype, [indices])] sorted by dtype so every rank packs in the same order."""
+    groups = {}
+    for i, a in enumerate(arrays):
+        dt = numpy.dtype(buf_dtype) if buf_dtype is not None else a.dtype
+        if dt not in _layout.SUPPORTED_FLOATS or a.dtype not in _layout.SUPPORTED_FLOATS:
+            raise TypeError('GPU gradient paths support float16/32/64 arrays; got {} (shape {})'.format(
+                a.dtype, a.shape))
+        groups.setdefault(dt, []).append(i)
+    return sorted(groups.items(), key=lambda kv: kv[0].str)
+
+
+def _host_allreduce_inplace(comm, flat, mpi_op):
+    """All-reduce a 1-D host array in place in pieces of HOST_CHUNK_BYTES (float16 widened if needed)."""
+    from mpi4py import MPI
+    step = max(1, HOST_CHUNK_BYTES // flat.dtype.itemsize)
+    for start in range(0, flat.size, step):
+        view = flat[start:start + step]
+        try:
+            comm.Allreduce(MPI.IN_PLACE, view, mpi_op)
+        except MPI.Exception:
+            if flat.dtype != numpy.float16:
+                raise
+            wide = view.astype(numpy.float32)
+            comm.Allreduce(MPI.IN_PLACE, wide, mpi_op)
+            view[...] = wide

@@ -1,0 +1,194 @@
+"""An NCCL communicator over an MPI communicator: created lazily, waited on with a bounded poll."""
+
+import time
+
+import numpy
+
+from chainermn_comm._errors import CommunicationError
+
+__all__ = ['NcclGroup', 'nccl_dtype', 'nccl_op', 'wait_stream', 'NCCL_OPS']
+
+NCCL_OPS = ('sum', 'prod', 'max', 'min')
+
+#: Fraction of the watchdog timeout a wait may take before it aborts NCCL and raises.
+WAIT_FRACTION = 0.9
+
+
+def nccl_dtype(dtype):
+    """Return the NCCL data type constant for ``dtype``, or None if NCCL cannot reduce it."""
+    from cupy.cuda import nccl
+    table = {'int8': nccl.NCCL_INT8, 'uint8': nccl.NCCL_UINT8, 'int32': nccl.NCCL_INT32,
+             'uint32': nccl.NCCL_UINT32, 'int64': nccl.NCCL_INT64, 'uint64': nccl.NCCL_UINT64,
+             'float16': nccl.NCCL_FLOAT16, 'float32': nccl.NCCL_FLOAT32, 'float64': nccl.NCCL_FLOAT64}
+    return table.get(numpy.dtype(dtype).name)
+
+
+def nccl_op(op):
+    """Return the NCCL reduction constant for ``op`` ('sum', 'prod', 'max', 'min'), else None."""
+    from cupy.cuda import nccl
+    if not isinstance(op, str):
+        return None
+    return {'sum': nccl.NCCL_SUM, 'prod': nccl.NCCL_PROD, 'max': nccl.NCCL_MAX,
+            'min': nccl.NCCL_MIN}.get(op.lower())
+
+
+def wait_stream(stream, limit, poll_error, what):
+    """Wait for the work queued on ``stream`` without blocking forever.
+
+    Polls an event; between polls calls ``poll_error()`` (raises on an NCCL error).  Raises
+    TimeoutError naming ``what`` after ``limit`` seconds (no limit when ``limit`` <= 0).
+    """
+    import cupy
+    ev = cupy.cuda.Event(block=False, disable_timing=True)
+    ev.record(stream)
+    start = time.monotonic()
+    spins = 0
+    pause = 0.0
+    while not ev.done:
+        poll_error()
+        spins += 1
+        if spins > 200:
+            pause = min(1e-3, max(2e-5, pause * 2))
+            time.sleep(pause)
+        if limit > 0 and time.monotonic() - start > limit:
+            raise TimeoutError('{} did not complete within {:.1f} s'.format(what, limit))
+
+
+class NcclGroup:
+    """One NCCL communicator over ``mpi_comm`` (one rank per GPU), built on first use.
+
+    The device current at first use is the one NCCL binds to; later calls on another
+    device raise instead of corrupting memory.  After an error or a timeout the NCCL
+    communicator is aborted and every later call raises.
+    """
+
+    def __init__(self, mpi_comm, label, owner):
+        self.mpi_comm = mpi_comm
+        self.label = label
+        self._owner = owner          # the chainermn communicator (rank, timeout, guard)
+        self._comm = None
+        self._device = None
+        self._broken = None
+
+    @property
+    def size(self):
+        return self.mpi_comm.Get_size()
+
+    @property
+    def rank(self):
+        return self.mpi_comm.Get_rank()
+
+    def _describe(self):
+        return 'rank {} (NCCL {} rank {} of {})'.format(self._owner.rank, self.label, self.rank, self.size)
+
+    def get(self):
+        """Return the NCCL communicator, creating it on the current device the first time."""
+        import cupy
+        from cupy.cuda import nccl
+        if self._broken is not None:
+            raise CommunicationError('{}: NCCL communicator is unusable after an earlier failure ({}); '
+                                     'create a new chainermn communicator'.format(self._describe(),
+                                                                                  self._broken))
+        dev = cupy.cuda.runtime.getDevice()
+        if self._comm is None:
+            uid = nccl.get_unique_id() if self.rank == 0 else None
+            uid = self.mpi_comm.bcast(uid, root=0)
+            try:
+                self._comm = nccl.NcclCommunicator(self.size, uid, self.rank)
+            except nccl.NcclError as e:
+                raise CommunicationError(
+                    '{}: creating the NCCL communicator on GPU {} failed: {}. NCCL needs one rank per '
+                    'GPU: select the device with cupy.cuda.Device(comm.intra_rank).use() before the '
+                    'first communication'.format(self._describe(), dev, e)) from e
+            self._device = dev
+        elif dev != self._device:
+            raise RuntimeError(
+                '{}: the current CUDA device is {} but this communicator\'s NCCL communicator was '
+                'created on device {}; keep one device per process (cupy.cuda.Device(comm.intra_rank)'
+                '.use() before the first communication)'.format(self._describe(), dev, self._device))
+        return self._comm
+
+    def _fail(self, what, err):
+        """Abort NCCL, remember the failure and raise CommunicationError naming ``what``."""
+        comm, self._comm = self._comm, None
+        self._broken = '{}: {}'.format(what, err)
+        if comm is not None:
+            try:
+                comm.abort()
+            except Exception:
+                pass
+        raise CommunicationError('{}: NCCL {} failed: {}. A rank may have died or hung; check the other '
+                                 'ranks\' output'.format(self._describe(), what, err)) from err
+
+    def wait(self, stream, what):
+        """Block until ``stream`` is done, polling NCCL's async error; bounded by the watchdog timeout."""
+        from cupy.cuda import nccl
+        comm = self._comm
+        timeout = self._owner.timeout
+        limit = timeout * WAIT_FRACTION if timeout > 0 else 0.0
+        try:
+            wait_stream(stream, limit, comm.check_async_error, 'NCCL ' + what)
+        except (nccl.NcclError, TimeoutError) as e:
+            self._fail(what, e)
+
+    def _call(self, what, fn, *args):
+        from cupy.cuda import nccl
+        import cupy
+        comm = self.get()
+        stream = cupy.cuda.get_current_stream()
+        try:
+            fn(comm, stream.ptr, *args)
+        except nccl.NcclError as e:
+            self._fail(what, e)
+        self.wait(stream, what)
+
+    # -- collectives on contiguous device arrays ------------------------------
+    def allreduce(self, send, recv, op='sum', what='allreduce'):
+        """All-reduce ``send`` into ``recv`` (may be the same array)."""
+        dt, red = _dtype_op(send, op)
+        self._call(what, lambda c, s: c.allReduce(send.data.ptr, recv.data.ptr, send.size, dt, red, s))
+
+    def reduce(self, send, recv, root, op='sum', what='reduce'):
+        """Reduce ``send`` into ``recv`` on ``root`` (``recv`` is ignored elsewhere)."""
+        dt, red = _dtype_op(send, op)
+        rptr = recv.data.ptr if recv is not None else send.data.ptr
+        self._call(what, lambda c, s: c.reduce(send.data.ptr, rptr, send.size, dt, red, root, s))
+
+    def bcast(self, buf, root, what='bcast'):
+        """Broadcast contiguous ``buf`` (any dtype, sent as bytes) from ``root`` in place."""
+        from cupy.cuda import nccl
+        nbytes = buf.size * buf.dtype.itemsize
+        self._call(what, lambda c, s: c.bcast(buf.data.ptr, nbytes, nccl.NCCL_UINT8, root, s))
+
+    def reduce_scatter(self, send, recv, op='sum', what='reduce_scatter'):
+        """Reduce ``send`` (``size * recv.size`` elements) and leave shard ``rank`` in ``recv``."""
+        dt, red = _dtype_op(send, op)
+        if send.size != recv.size * self.size:
+            raise ValueError('reduce_scatter needs {} * {} elements; got {}'.format(
+                self.size, recv.size, send.size))
+        self._call(what, lambda c, s: c.reduceScatter(send.data.ptr, recv.data.ptr, recv.size, dt, red, s))
+
+    def allgather(self, send, recv, what='allgather'):
+        """Gather every rank's ``send`` into ``recv`` (``size * send.size`` elements)."""
+        from cupy.cuda import nccl
+        nbytes = send.size * send.dtype.itemsize
+        if recv.size * recv.dtype.itemsize != nbytes * self.size:
+            raise ValueError('allgather needs a receive buffer of {} bytes; got {}'.format(
+                nbytes * self.size, recv.size * recv.dtype.itemsize))
+        self._call(what, lambda c, s: c.allGather(send.data.ptr, recv.data.ptr, nbytes, nccl.NCCL_UINT8, s))
+
+    def destroy(self):
+        """Free the NCCL communicator (collective in NCCL's sense: call on every rank)."""
+        comm, self._comm = self._comm, None
+        if comm is not None:
+            comm.destroy()
+
+
+def _dtype_op(arr, op):
+    dt = nccl_dtype(arr.dtype)
+    red = nccl_op(op)
+    if dt is None:
+        raise TypeError('NCCL cannot reduce dtype {} (shape {})'.format(arr.dtype, arr.shape))
+    if red is None:
+        raise ValueError('NCCL supports the reductions {}; got {!r}'.format(', '.join(NCCL_OPS), op))
+    return dt, red

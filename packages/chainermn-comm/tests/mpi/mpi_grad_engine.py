@@ -1,0 +1,96 @@
+"""Per-rank tests of ChunkedReducer (run under mpiexec by test_grad_engine.py)."""
+
+import numpy
+import pytest
+from mpi4py import MPI
+
+from chainermn_comm import _grad
+
+COMM = MPI.COMM_WORLD
+
+
+def _arrays(seed, dtype, shapes):
+    rng = numpy.random.RandomState(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+SHAPES = [(3,), (17, 5), (1000,), (4, 4, 4), (2500,), (1,), (64, 33)]
+
+
+def _expected_mean(shapes, dtype, red_dtype):
+    size = COMM.Get_size()
+    per_rank = [_arrays(r, dtype, shapes) for r in range(size)]
+    out = []
+    for i in range(len(shapes)):
+        if numpy.dtype(red_dtype).itemsize == 2:
+            parts = [(per_rank[r][i] * (1.0 / size)).astype(red_dtype) for r in range(size)]
+            s = parts[0].astype(numpy.float64)
+            for p in parts[1:]:
+                s = s + p
+            out.append(s)
+        else:
+            s = per_rank[0][i].astype(numpy.float64)
+            for r in range(1, size):
+                s = s + per_rank[r][i]
+            out.append(s / size)
+    return out
+
+
+@pytest.mark.parametrize('chunk_bytes,direct_bytes', [
+    (64, 1 << 30),        # everything packed, many tiny chunks
+    (256, 128),           # direct arrays split into many slices, small ones packed
+    (1 << 20, 0),         # every array reduced in place
+    (4 << 20, 256 << 10),  # defaults
+])
+@pytest.mark.parametrize('dtype,red', [(numpy.float32, None), (numpy.float64, None),
+                                       (numpy.float32, numpy.float16), (numpy.float16, None),
+                                       (numpy.float32, numpy.float64)])
+def test_mean_matches_reference(chunk_bytes, direct_bytes, dtype, red):
+    arrays = _arrays(COMM.Get_rank(), dtype, SHAPES)
+    ids = [id(a) for a in arrays]
+    r = _grad.ChunkedReducer(COMM, chunk_bytes=chunk_bytes, direct_bytes=direct_bytes)
+    r.mean(arrays, dtype=red)
+    assert [id(a) for a in arrays] == ids
+    red_dtype = numpy.dtype(red or dtype)
+    tol = {2: 2e-3, 4: 2e-6, 8: 1e-12}[min(red_dtype.itemsize, numpy.dtype(dtype).itemsize)]
+    for got, want in zip(arrays, _expected_mean(SHAPES, dtype, red_dtype)):
+        assert got.dtype == numpy.dtype(dtype)
+        numpy.testing.assert_allclose(got.astype(numpy.float64), want, rtol=tol, atol=tol)
+
+
+def test_paths_give_identical_bits():
+    results = []
+    for chunk_bytes, direct_bytes in [(64, 1 << 30), (256, 0), (4 << 20, 1 << 10)]:
+        arrays = _arrays(COMM.Get_rank() + 7, numpy.float32, SHAPES)
+        _grad.ChunkedReducer(COMM, chunk_bytes=chunk_bytes, direct_bytes=direct_bytes).mean(arrays)
+        results.append(arrays)
+    if COMM.Get_size() <= 2:  # two summands: the sum does not depend on MPI's order
+        for other in results[1:]:
+            for a, b in zip(results[0], other):
+                assert numpy.array_equal(a, b)
+
+
+def test_mean_reuses_buffer_and_ignores_single_rank():
+    r = _grad.ChunkedReducer(COMM, chunk_bytes=1024, direct_bytes=512)
+    arrays = _arrays(COMM.Get_rank(), numpy.float32, SHAPES)
+    r.mean(arrays)
+    bufs = dict(r._buffers)
+    r.mean(arrays)
+    assert all(r._buffers[k] is v for k, v in bufs.items())
+    if COMM.Get_size() == 1:
+        assert all(numpy.array_equal(a, b) for a, b in zip(arrays, _arrays(0, numpy.float32, SHAPES)))
+
+
+@pytest.mark.parametrize('chunk_bytes,direct_bytes', [(64, 1 << 30), (256, 128), (1 << 20, 0)])
+def test_bcast(chunk_bytes, direct_bytes):
+    root = COMM.Get_size() - 1
+    arrays = _arrays(COMM.Get_rank(), numpy.float32, SHAPES) + _arrays(COMM.Get_rank(), numpy.float64, SHAPES[:3])
+    _grad.ChunkedReducer(COMM, chunk_bytes=chunk_bytes, direct_bytes=direct_bytes).bcast(arrays, root=root)
+    want = _arrays(root, numpy.float32, SHAPES) + _arrays(root, numpy.float64, SHAPES[:3])
+    for a, b in zip(arrays, want):
+        assert numpy.array_equal(a, b)
+
+
+def test_rejects_tiny_chunk():
+    with pytest.raises(ValueError, match='chunk_bytes'):
+        _grad.ChunkedReducer(COMM, chunk_bytes=8)

@@ -1,0 +1,93 @@
+"""Unit tests of the call guard (single process)."""
+
+import time
+
+import pytest
+from mpi4py import MPI
+
+from chainermn_comm import _guard
+from chainermn_comm._guard import CallGuard, debug_enabled, resolve_timeout
+
+
+def test_resolve_timeout(monkeypatch):
+    monkeypatch.delenv('CHAINERMN_TIMEOUT', raising=False)
+    assert resolve_timeout(None) == 1800.0
+    assert resolve_timeout(0) == 0.0
+    assert resolve_timeout(2.5) == 2.5
+    monkeypatch.setenv('CHAINERMN_TIMEOUT', '7')
+    assert resolve_timeout(None) == 7.0
+    assert resolve_timeout(3) == 3.0        # the argument wins over the environment
+    monkeypatch.setenv('CHAINERMN_TIMEOUT', 'soon')
+    with pytest.raises(ValueError, match='CHAINERMN_TIMEOUT'):
+        resolve_timeout(None)
+    for bad in (-1, float('nan')):
+        with pytest.raises(ValueError, match='>= 0'):
+            resolve_timeout(bad)
+
+
+@pytest.mark.parametrize('value,expected', [('', False), ('0', False), ('off', False), ('1', True),
+                                            ('yes', True)])
+def test_debug_enabled(monkeypatch, value, expected):
+    monkeypatch.setenv('CHAINERMN_DEBUG', value)
+    assert debug_enabled() is expected
+
+
+def test_guard_tracks_current_and_last_call():
+    g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
+    with g('allreduce', (('shape', (2,)), ('dtype', '<f4')), peer=3):
+        name, seq, sig, start, info = g.current
+        assert (name, seq, info) == ('allreduce', 1, {'peer': 3})
+        assert start <= time.monotonic()
+    assert g.current is None and g.last[:2] == ('allreduce', 1)
+    with g('send', (), collective=False, dest=1):
+        pass
+    assert (g.seq, g.collective_seq) == (2, 1)
+    assert g.describe(g.last) == 'call #2 send() [dest=1]'
+
+
+def test_exception_inside_call_clears_current():
+    g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
+    with pytest.raises(KeyError):
+        with g('bcast', (('root', 0),)):
+            raise KeyError('x')
+    assert g.current is None
+
+
+def test_long_values_are_shortened():
+    g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
+    text = g.describe(('allreduce_grad', 1, (('params', tuple(((i,), '<f4') for i in range(500))),), 0, {}))
+    assert len(text) < 300 and 'chars>' in text
+
+
+def test_first_difference():
+    a = ('allreduce_grad', (('params', (((3,), '<f4'), ((2,), '<f4'))),), 1)
+    b = ('allreduce_grad', (('params', (((3,), '<f4'), ((2,), '<f8'))),), 1)
+    assert 'params[1] is ((2,), \'<f4\') on rank 0 but ((2,), \'<f8\') on rank 1' in \
+        _guard._first_difference([a, b])
+    assert _guard._first_difference([a, ('bcast', (('root', 0),), 1)]) == ''
+
+
+def test_watchdog_fires_on_a_stuck_call(monkeypatch):
+    fired = []
+    g = CallGuard(MPI.COMM_SELF, timeout=0.2, debug=False)
+    monkeypatch.setattr(g, 'fire', lambda cur, elapsed: fired.append((cur[0], elapsed)))
+    with g('recv', (), collective=False, source=0):
+        deadline = time.monotonic() + 10
+        while not fired and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert fired and fired[0][0] == 'recv' and fired[0][1] >= 0.2
+
+
+def test_guard_overhead_is_small():
+    """The fast path is one tuple and one timestamp: well under 5 microseconds a call."""
+    g = CallGuard(MPI.COMM_SELF, timeout=1800, debug=False)
+    sig = (('shape', (1,)),)
+    n = 20000
+    best = float('inf')
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            with g('allreduce', sig):
+                pass
+        best = min(best, (time.perf_counter() - t) / n)
+    assert best < 5e-6, best

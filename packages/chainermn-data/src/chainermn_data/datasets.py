@@ -1,0 +1,19 @@
+"""Dataset utilities: ``scatter_dataset`` and ``create_empty_dataset``."""
+
+from chainermn_data._scatter import scatter_dataset
+
+__all__ = ['create_empty_dataset', 'scatter_dataset']
+
+
+def create_empty_dataset(dataset):
+    """Return a dataset as long as ``dataset`` whose every sample is ``None`` (a list).
+
+    Use it on ranks whose model takes no input from the dataset (e.g. it starts with
+    ``chainermn.functions.recv``), so their iterators still count the same iterations and epochs.
+    """
+    try:
+        n = len(dataset)
+    except TypeError:
+        raise TypeError('create_empty_dataset needs a dataset with __len__; got {}'.format(
+            type(dataset).__name__))
+    return [None] * n

@@ -1,0 +1,197 @@
+"""Double buffering for the multi-node optimizer: all-reduce gradients in a background thread.
+
+Each ``swap`` copies this iteration's gradients into a host buffer, starts their all-reduce on a
+duplicate of the communicator's MPI communicator in a background thread, and puts the averaged
+gradients of the previous iteration into the parameters.  The reduction thus overlaps with the
+next forward/backward pass.  The first ``swap`` (and the first one after the set of parameters
+changed) reduces synchronously, so the first update uses its own gradients; the second update uses
+them again (its own gradients are still in flight).
+"""
+
+import atexit
+import threading
+
+import numpy
+
+from chainermn_train import _params
+
+__all__ = ['DoubleBufferingReducer', 'check_double_buffering_support']
+
+_CHUNK_BYTES = 4 * 1024 * 1024
+_SUPPORTED = ('naive', 'flat (and every MPI-based communicator) when MPI provides MPI_THREAD_MULTIPLE',
+              'pure_nccl')
+
+
+def check_double_buffering_support(communicator):
+    """Raise ValueError unless ``communicator`` can all-reduce from a background thread."""
+    mpi_comm = getattr(communicator, 'mpi_comm', None)
+    where = '; double buffering is supported by: ' + ', '.join(_SUPPORTED)
+    if mpi_comm is None:
+        raise ValueError('double_buffering=True needs a communicator with an MPI communicator '
+                         '(mpi_comm); {} has none{}'.format(type(communicator).__name__, where))
+    from mpi4py import MPI
+    provided = MPI.Query_thread()
+    if provided < MPI.THREAD_MULTIPLE:
+        names = {MPI.THREAD_SINGLE: 'MPI_THREAD_SINGLE', MPI.THREAD_FUNNELED: 'MPI_THREAD_FUNNELED',
+                 MPI.THREAD_SERIALIZED: 'MPI_THREAD_SERIALIZED'}
+        raise ValueError(
+            'rank {}: double_buffering=True on {} all-reduces in a background thread and needs '
+            'MPI_THREAD_MULTIPLE, but this MPI provides {} (set mpi4py.rc.thread_level = "multiple" '
+            'before importing mpi4py.MPI, or use an MPI built with thread support){}'.format(
+                communicator.rank, type(communicator).__name__, names.get(provided, provided), where))
+
+
+class _Buffers:
+    """Host copies of a list of gradients, packed by reduction dtype."""
+
+    def __init__(self, layout, red_dtype):
+        self.layout = layout  # [(shape, dtype)]
+        self.red_dtype = red_dtype
+        total = sum(int(numpy.prod(s)) for s, _ in layout)
+        self.flat = numpy.empty(total, dtype=red_dtype)
+
+    def pack(self, grads):
+        off = 0
+        for g in grads:
+            host = _to_host(g).reshape(-1)
+            self.flat[off:off + host.size] = host
+            off += host.size
+
+    def unpack(self, params):
+        off = 0
+        for p in params:
+            n = p.grad.size
+            view = self.flat[off:off + n].reshape(p.grad.shape)
+            if isinstance(p.grad, numpy.ndarray):
+                numpy.copyto(p.grad, view, casting='unsafe')
+            else:
+                p.grad[...] = _to_device_like(view.astype(p.grad.dtype, copy=False), p.grad)
+            off += n
+
+
+def _to_host(a):
+    if isinstance(a, numpy.ndarray):
+        return a
+    import chainer
+    return numpy.asarray(chainer.backend.CpuDevice().send(a))
+
+
+def _to_device_like(host, like):
+    import chainer
+    return chainer.backend.get_device_from_array(like).send(host)
+
+
+class DoubleBufferingReducer:
+    """Two sets of host gradient buffers; one is reduced in the background while the other is used."""
+
+    def __init__(self, communicator, zero_fill=True):
+        check_double_buffering_support(communicator)
+        self._communicator = communicator
+        self._zero_fill = zero_fill
+        self._mpi_comm = communicator.mpi_comm.Dup()
+        self._size = self._mpi_comm.Get_size()
+        self._red_dtype = getattr(communicator, 'allreduce_grad_dtype', None)
+        self._sig = None
+        self._ready = None      # buffers holding averaged gradients of the previous iteration
+        self._spare = None      # buffers free for the next copy
+        self._thread = None
+        self._error = None
+        self._in_flight = None  # buffers being reduced by the thread
+        self._atexit = False
+
+    def _params(self, target):
+        params = []
+        for _, p in _params.sorted_params(target):
+            if p.array is None:
+                continue
+            if p.grad is None:
+                if not self._zero_fill:
+                    continue
+                p.grad = p.device.xp.zeros_like(p.array)
+            params.append(p)
+        return params
+
+    def _new_buffers(self, params):
+        layout = [(p.grad.shape, p.grad.dtype) for p in params]
+        dtypes = {d for _, d in layout}
+        red = numpy.dtype(self._red_dtype) if self._red_dtype is not None else (
+            dtypes.pop() if len(dtypes) == 1 else numpy.dtype(numpy.float64))
+        return _Buffers(layout, red)
+
+    def _reduce(self, bufs):
+        from mpi4py import MPI
+        if self._size == 1:
+            return
+        flat = bufs.flat
+        pre = flat.dtype.itemsize == 2
+        if pre:
+            flat *= flat.dtype.type(1.0 / self._size)
+        step = max(1, _CHUNK_BYTES // flat.dtype.itemsize)
+        for start in range(0, flat.size, step):
+            self._mpi_comm.Allreduce(MPI.IN_PLACE, flat[start:start + step], MPI.SUM)
+        if not pre:
+            flat *= flat.dtype.type(1.0 / self._size)
+
+    def _run(self, bufs):
+        try:
+            self._reduce(bufs)
+        except BaseException as e:  # reported to the main thread in finish()
+            self._error = e
+
+    def finish(self):
+        """Wait for the background all-reduce; return the buffers it reduced (or None)."""
+        t = self._thread
+        if t is None:
+            return None
+        timeout = getattr(self._communicator, 'timeout', 0) or None
+        t.join(timeout)
+        if t.is_alive():
+            from chainermn_comm import CommunicationError
+            raise CommunicationError(
+                'rank {}: the background gradient all-reduce of double buffering did not finish '
+                'within {} s; another rank is probably stuck or dead'.format(
+                    self._communicator.rank, timeout))
+        self._thread = None
+        bufs, self._in_flight = self._in_flight, None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        return bufs
+
+    def swap(self, target):
+        """Start reducing ``target``'s gradients; replace them by the previous averaged ones."""
+        params = self._params(target)
+        sig = tuple((p.grad.shape, p.grad.dtype.str) for p in params)
+        if sig != self._sig:
+            self.finish()
+            self._sig = sig
+            first = self._new_buffers(params)
+            first.pack([p.grad for p in params])
+            self._reduce(first)
+            first.unpack(params)
+            self._ready = first
+            self._spare = self._new_buffers(params)
+            return
+        done = self.finish()
+        if done is not None:
+            self._spare, self._ready = self._ready, done
+        bufs = self._spare
+        bufs.pack([p.grad for p in params])
+        self._spare = None
+        self._in_flight = bufs
+        self._thread = threading.Thread(target=self._run, args=(bufs,), name='chainermn-double-buffer',
+                                        daemon=True)
+        self._thread.start()
+        if not self._atexit:
+            atexit.register(self._finish_quietly)
+            self._atexit = True
+        self._ready.unpack(params)
+        # After this swap the ready set is in use; the next finish() returns the in-flight one,
+        # and the ready set becomes the spare.
+        self._spare = self._ready
+
+    def _finish_quietly(self):
+        try:
+            self.finish()
+        except BaseException:
+            pass

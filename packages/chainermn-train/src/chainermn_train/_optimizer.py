@@ -1,0 +1,161 @@
+"""create_multi_node_optimizer: a Chainer optimizer whose updates use gradients averaged over ranks."""
+
+from chainermn_train import _params
+
+__all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
+
+# Attributes that live on the wrapper itself; everything else is read from and written to the
+# wrapped optimizer.
+_OWN = frozenset([
+    'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap',
+    '_mn_synced_sig', '_mn_double', '_overlap',
+])
+
+
+class MultiNodeOptimizer:
+    """Wrap a Chainer optimizer: average gradients over ranks and keep parameters in step.
+
+    Every attribute that is not the wrapper's own (``lr``, ``t``, ``target``, hooks, ...)
+    is read from and written to the wrapped optimizer.
+    """
+
+    def __init__(self, actual_optimizer, communicator, double_buffering=False, zero_fill=True,
+                 overlap=False):
+        if double_buffering and overlap:
+            raise ValueError('create_multi_node_optimizer: double_buffering=True and overlap=True '
+                             'cannot be combined; choose one')
+        d = self.__dict__
+        d['actual_optimizer'] = actual_optimizer
+        d['communicator'] = communicator
+        d['zero_fill'] = bool(zero_fill)
+        d['double_buffering'] = bool(double_buffering)
+        d['overlap'] = bool(overlap)
+        d['_mn_synced_sig'] = None
+        d['_overlap'] = None
+        d['_mn_double'] = None
+        if double_buffering:
+            from chainermn_train._double_buffer import DoubleBufferingReducer
+            d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill)
+        if getattr(actual_optimizer, 'target', None) is not None:
+            self._mn_bcast_params()
+
+    # -- delegation ---------------------------------------------------------------
+    def __getattr__(self, name):
+        if name in _OWN:
+            raise AttributeError(name)
+        return getattr(self.__dict__['actual_optimizer'], name)
+
+    def __setattr__(self, name, value):
+        if name in _OWN:
+            self.__dict__[name] = value
+        else:
+            setattr(self.actual_optimizer, name, value)
+
+    def __dir__(self):
+        return sorted(set(dir(type(self))) | set(self.__dict__) | set(dir(self.actual_optimizer)))
+
+    def __repr__(self):
+        return '<MultiNodeOptimizer of {!r} on {!r}>'.format(self.actual_optimizer, self.communicator)
+
+    # -- Optimizer API --------------------------------------------------------------
+    def setup(self, link):
+        """Set up the wrapped optimizer on ``link`` and broadcast rank 0's parameters."""
+        self.actual_optimizer.setup(link)
+        self._mn_bcast_params()
+        return self
+
+    def serialize(self, serializer):
+        """Serialize the wrapped optimizer's state (hyperparameters, ``t``, per-parameter states)."""
+        self.actual_optimizer.serialize(serializer)
+
+    def update(self, lossfun=None, *args, **kwds):
+        """Compute (when ``lossfun`` is given), average and apply gradients, like ``Optimizer.update``."""
+        opt = self.actual_optimizer
+        target = opt.target
+        if target is None:
+            raise RuntimeError('rank {}: the multi-node optimizer is not set up; call '
+                               'optimizer.setup(model) before update()'.format(self.communicator.rank))
+        if lossfun is not None:
+            self._mn_sync_if_changed()
+            has_uninit = any(p.array is None for _, p in target.namedparams())
+            saved = _params.snapshot_persistents(target) if has_uninit else None
+            loss = lossfun(*args, **kwds)
+            if saved is not None and _params.param_signature(target) != self._mn_synced_sig:
+                # Lazily initialised parameters were just created with this rank's own random
+                # values: undo the forward pass's side effects, take rank 0's values and redo it.
+                del loss
+                _params.restore_persistents(saved)
+                self._mn_bcast_params()
+                loss = lossfun(*args, **kwds)
+            if self.overlap:
+                target.cleargrads()
+                self._mn_overlap().run_backward(loss, loss_scale=opt._loss_scale)
+                del loss
+            else:
+                if getattr(opt, '_use_cleargrads', True):
+                    target.cleargrads()
+                else:
+                    target.zerograds()
+                loss.backward(loss_scale=opt._loss_scale)
+                del loss
+                self._mn_mean_grads(target)
+        else:
+            self._mn_sync_if_changed()
+            self._mn_mean_grads(target)
+        opt.update()
+
+    def new_epoch(self, auto=False):
+        """Start a new epoch on the wrapped optimizer."""
+        self.actual_optimizer.new_epoch(auto=auto)
+
+    # -- multi-node part ------------------------------------------------------------
+    def finish(self):
+        """Wait for a gradient all-reduce still running in the background (double buffering)."""
+        if self._mn_double is not None:
+            self._mn_double.finish()
+
+    def _mn_overlap(self):
+        if self._overlap is None:
+            from chainermn_train._overlap import BackwardOverlap
+            self.__dict__['_overlap'] = BackwardOverlap(self.communicator, self.actual_optimizer.target)
+        return self._overlap
+
+    def _mn_mean_grads(self, target):
+        if self._mn_double is not None:
+            self._mn_double.swap(target)
+        else:
+            self.communicator.multi_node_mean_grad(target, self.zero_fill)
+
+    def _mn_bcast_params(self):
+        target = self.actual_optimizer.target
+        self.communicator.bcast_data(target)
+        self.__dict__['_mn_synced_sig'] = _params.param_signature(target)
+
+    def _mn_sync_if_changed(self):
+        if _params.param_signature(self.actual_optimizer.target) != self._mn_synced_sig:
+            self._mn_bcast_params()
+
+    def _mn_mark_synced(self):
+        """Record that every rank holds the same parameters now (e.g. after loading a checkpoint)."""
+        self.__dict__['_mn_synced_sig'] = _params.param_signature(self.actual_optimizer.target)
+
+
+def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
+                                overlap=False):
+    """Create a multi-node optimizer from a Chainer optimizer.
+
+    Args:
+        actual_optimizer: Chainer optimizer (e.g. ``chainer.optimizers.Adam()``), set up or not.
+        communicator: ChainerMN communicator.
+        double_buffering (bool): overlap the all-reduce of this iteration's gradients with the
+            next iteration's forward/backward; each update then uses the previous iteration's
+            averaged gradients (the first update uses its own).
+        zero_fill (bool): give parameters without a gradient a zero gradient so that every rank
+            reduces the same arrays.
+        overlap (bool): all-reduce gradients during backward (bucketed), then update.
+
+    Returns:
+        A :class:`MultiNodeOptimizer` that behaves like ``actual_optimizer``.
+    """
+    return MultiNodeOptimizer(actual_optimizer, communicator, double_buffering=double_buffering,
+                              zero_fill=zero_fill, overlap=overlap)

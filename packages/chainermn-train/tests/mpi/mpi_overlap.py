@@ -1,0 +1,90 @@
+"""Per-rank tests of BackwardOverlap (run under mpiexec by test_overlap_mpi.py)."""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainermn_comm
+from chainermn_train._overlap import BackwardOverlap
+
+
+class Net(chainer.Chain):
+    def __init__(self, dtype=numpy.float32):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 5, initialW=chainer.initializers.Normal(1.0, dtype=dtype),
+                               initial_bias=chainer.initializers.Zero(dtype))
+            self.l2 = L.Linear(5, 3, initialW=chainer.initializers.Normal(1.0, dtype=dtype),
+                               initial_bias=chainer.initializers.Zero(dtype))
+            self.unused = L.Linear(4, 2, initialW=chainer.initializers.Normal(1.0, dtype=dtype),
+                                   initial_bias=chainer.initializers.Zero(dtype))
+
+    def __call__(self, x):
+        return self.l2(F.tanh(self.l1(x)) + self.l1(x))  # l1 used twice
+
+
+def _pair(comm, dtype, seed):
+    a = Net(dtype)
+    comm.bcast_data(a)
+    b = a.copy(mode='copy')
+    x = numpy.random.RandomState(seed + comm.rank).standard_normal((4, 6)).astype(dtype)
+    return a, b, x
+
+
+@pytest.mark.parametrize('grad_dtype', [None, numpy.float16, numpy.float64])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_identical_to_plain_path(dtype, grad_dtype):
+    comm = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=grad_dtype)
+    a, b, x = _pair(comm, dtype, 3)
+    a.cleargrads()
+    F.sum(a(x) ** 2).backward()
+    comm.multi_node_mean_grad(a, zero_fill=True)
+    ov = BackwardOverlap(comm, b)
+    b.cleargrads()
+    ov.run_backward(F.sum(b(x) ** 2))
+    pa, pb = dict(a.namedparams()), dict(b.namedparams())
+    assert sorted(pa) == sorted(pb)
+    for name in pa:
+        assert pb[name].grad is not None, name
+        assert pb[name].grad.dtype == pa[name].grad.dtype
+        assert numpy.array_equal(pa[name].grad, pb[name].grad), name
+    assert not pb['/unused/W'].grad.any()
+    ov.free()
+
+
+def test_values_are_the_mean_over_ranks():
+    comm = chainermn_comm.create_communicator('naive')
+    model = Net()
+    comm.bcast_data(model)
+    x = numpy.random.RandomState(11 + comm.rank).standard_normal((4, 6)).astype(numpy.float32)
+    model.cleargrads()
+    F.sum(model(x) ** 2).backward()
+    local = {n: (p.grad.copy() if p.grad is not None else numpy.zeros_like(p.array))
+             for n, p in model.namedparams()}
+    ov = BackwardOverlap(comm, model)
+    model.cleargrads()
+    ov.run_backward(F.sum(model(x) ** 2))
+    for n, p in model.namedparams():
+        allg = comm.allgather(local[n])
+        numpy.testing.assert_allclose(p.grad, numpy.mean(allg, axis=0), rtol=1e-5, atol=1e-6)
+    ov.free()
+
+
+def test_backward_kwargs_and_repeated_use():
+    comm = chainermn_comm.create_communicator('naive')
+    a, b, x = _pair(comm, numpy.float32, 5)
+    ov = BackwardOverlap(comm, b)
+    for it in range(3):
+        a.cleargrads()
+        b.cleargrads()
+        la = F.sum(a(x * (it + 1)) ** 2)
+        la.backward(retain_grad=True)
+        comm.multi_node_mean_grad(a)
+        lb = F.sum(b(x * (it + 1)) ** 2)
+        ov.run_backward(lb, retain_grad=True)
+        assert lb.grad is not None and float(lb.grad) == 1.0
+        for (n, pa), (_, pb) in zip(sorted(a.namedparams()), sorted(b.namedparams())):
+            assert numpy.array_equal(pa.grad, pb.grad), (it, n)
+    ov.free()

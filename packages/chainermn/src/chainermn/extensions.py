@@ -1,0 +1,16 @@
+"""Trainer extensions (``chainermn.extensions``), from chainermn-train.
+
+``AllreducePersistent``, plus the multi-node checkpointer and evaluator factories (also at the
+top level: ``chainermn.create_multi_node_checkpointer`` and ``chainermn.create_multi_node_evaluator``).
+"""
+
+from chainermn_train import (create_multi_node_checkpoint, create_multi_node_checkpointer,
+                             create_multi_node_evaluator)
+from chainermn_train import extensions as _impl
+from chainermn_train.extensions import *  # noqa: F401,F403
+
+from chainermn._reexport import public_names
+
+__all__ = sorted(set(public_names(_impl)) | {'create_multi_node_checkpoint',
+                                               'create_multi_node_checkpointer',
+                                               'create_multi_node_evaluator'})

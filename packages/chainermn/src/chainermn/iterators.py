@@ -1,0 +1,11 @@
+"""Multi-node iterators (``chainermn.iterators``), from chainermn-data.
+
+``create_multi_node_iterator`` and ``create_synchronized_iterator``.
+"""
+
+from chainermn_data import iterators as _impl
+from chainermn_data.iterators import *  # noqa: F401,F403
+
+from chainermn._reexport import public_names
+
+__all__ = public_names(_impl)
