@@ -17,8 +17,8 @@ import chainer.functions as F
 import chainer.links as L
 import numpy
 
-import chainermn_comm
-from chainermn_links import MultiNodeChainList
+import chainermn
+from chainermn import MultiNodeChainList
 
 
 class Layer(chainer.Chain):
@@ -77,7 +77,7 @@ def main(argv=None):
     parser.add_argument('--communicator', default='naive')
     args = parser.parse_args(argv)
 
-    comm = chainermn_comm.create_communicator(args.communicator)
+    comm = chainermn.create_communicator(args.communicator)
     if comm.size != 2:
         if comm.rank == 0:
             sys.stderr.write('This example needs exactly 2 processes: mpiexec -n 2 python {}\n'.format(

@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+pytestmark = pytest.mark.skipif(not os.path.isfile(os.path.join(ROOT, 'bench', 'run.sh')),
+                                reason='bench/ lives in the monorepo checkout, not in an installed package')
 CONTENDERS = ['ours_naive_multi_node_mean_grad', 'floor_packed_one', 'floor_packed_chunked',
               'per_array_allreduce', 'per_array_allreduce_mean', 'memcopy_once',
               'peer_chainer781_naive_mean_grad', 'peerjob_floor_packed_chunked',

@@ -76,7 +76,6 @@ class ChunkedReducer:
         the scaling happens before the reduction so that sums cannot overflow.  Either
         way each element gets the same operations whichever path it takes.
         """
-        from mpi4py import MPI
         size = self.mpi_comm.Get_size()
         if size == 1:
             return
@@ -95,14 +94,14 @@ class ChunkedReducer:
                     view = a[s:s + step]
                     if pre:
                         numpy.multiply(view, scale, out=view)
-                    comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
+                    _sum_in_place(comm, view)
                     if not pre:
                         numpy.multiply(view, scale, out=view)
             if not small:
                 continue
 
             def reduce_chunk(view):
-                comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
+                _sum_in_place(comm, view)
 
             if pre:
                 pack, unpack = _pack_scaled(scale), _unpack_plain
@@ -132,6 +131,19 @@ class ChunkedReducer:
 
             _pipeline(small, buf, _pack_plain if is_root else _pack_none, bcast_chunk,
                       _unpack_none if is_root else _unpack_plain)
+
+
+def _sum_in_place(comm, view):
+    """Sum ``view`` over all ranks in place; reduce float16 in float32 where the MPI cannot."""
+    from mpi4py import MPI
+    try:
+        comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
+    except (MPI.Exception, KeyError, TypeError, ValueError):
+        if view.dtype != numpy.float16:
+            raise
+        wide = view.astype(numpy.float32)
+        comm.Allreduce(MPI.IN_PLACE, wide, MPI.SUM)
+        view[...] = wide
 
 
 def _group_by_dtype(arrays, dtype):

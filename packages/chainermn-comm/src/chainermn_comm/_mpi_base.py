@@ -314,7 +314,7 @@ class MpiCommunicatorBase(CommunicatorBase):
             hosts = None
             if self._rank == root:
                 try:
-                    if not isinstance(xs, (tuple, list)) and not _arrays.is_array(xs):
+                    if not isinstance(xs, (tuple, list)) and not (_arrays.is_array(xs) and xs.ndim > 0):
                         raise TypeError('rank {}: scatter needs a tuple/list of arrays (or an array whose '
                                         'first axis has length {}) on root; got {}'.format(
                                             self._rank, self._size, _arrays.describe(xs)))
@@ -375,13 +375,12 @@ class MpiCommunicatorBase(CommunicatorBase):
         return _arrays.like(out, data)
 
     def _allreduce_host(self, src, out, mpi_op):
-        from mpi4py import MPI
         try:
             self._mpi_comm.Allreduce(src, out, mpi_op)
-        except MPI.Exception:
+        except Exception:  # MPI.Exception, or mpi4py's KeyError/ValueError for an unknown typecode
             if src.dtype != numpy.float16:
                 raise
-            # This MPI library cannot reduce half precision: reduce in float32.
+            # This MPI library cannot reduce half precision: reduce in float32 (same on every rank).
             wide = numpy.empty(src.shape, numpy.float32)
             self._mpi_comm.Allreduce(src.astype(numpy.float32), wide, mpi_op)
             out[...] = wide

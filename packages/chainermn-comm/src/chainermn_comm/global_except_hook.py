@@ -8,12 +8,17 @@ Use ``chainermn.global_except_hook.add_hook()``, or set
 import os
 import sys
 import threading
+import time
 
 __all__ = ['add_hook', 'remove_hook', 'FORCE_ABORT_ENV', 'EXIT_STATUS']
 
 FORCE_ABORT_ENV = 'CHAINERMN_FORCE_ABORT_ON_EXCEPTION'
 #: Status passed to MPI_Abort after an uncaught exception.
 EXIT_STATUS = 1
+
+#: Seconds to wait after printing, before MPI_Abort: MPICH's launcher drops output it has not
+#: forwarded yet when the job is aborted, which would lose the traceback and the rank.
+FLUSH_GRACE_S = 0.5
 
 _state = {'sys': None, 'threading': None}
 
@@ -35,6 +40,8 @@ def _abort(exc_type, exc_value, exc_tb, previous):
             '\n*****\nchainermn: uncaught {} on rank {}; calling MPI_Abort() to stop all ranks.\n'
             '*****\n'.format(exc_type.__name__, _rank()))
         sys.stderr.flush()
+        sys.stdout.flush()
+        time.sleep(FLUSH_GRACE_S)
     finally:
         try:
             from mpi4py import MPI

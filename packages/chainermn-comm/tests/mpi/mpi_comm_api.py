@@ -377,7 +377,8 @@ def test_scatter_errors_on_every_rank(comm):
     root = comm.size - 1
     good = [numpy.zeros(1)] * comm.size
     expect_everywhere(ValueError, lambda: comm.scatter(good, root=comm.size), 'root')
-    for bad in ([numpy.zeros(1)] * (comm.size + 1), 'abc', 5, [numpy.zeros(1)] * (comm.size - 1) + ['x']):
+    for bad in ([numpy.zeros(1)] * (comm.size + 1), 'abc', 5, numpy.float32(1), numpy.zeros(comm.size + 1),
+                [numpy.zeros(1)] * (comm.size - 1) + ['x']):
         data = bad if comm.rank == root else good
         expect_everywhere(ValueError, lambda: comm.scatter(data, root=root), 'scatter',
                           'rank {}'.format(root))
