@@ -196,12 +196,7 @@ class MpiCommunicatorBase(CommunicatorBase):
         source = self._check_rank(source, 'source')
         tag = self._check_tag(tag)
         with self._guard('recv', (), collective=False, source=source, tag=tag):
-            header = self._pkl.recv(source=source, tag=tag)
-            if not isinstance(header, ArrayMessage):
-                raise CommunicationError(
-                    'rank {}: recv(source={}, tag={}) got a Python object sent by send_obj ({}); '
-                    'receive it with recv_obj, or send arrays with send'.format(
-                        self._rank, source, tag, type(header).__name__))
+            header = self._recv_header(source, tag)
             outs = []
             for spec in header.specs:
                 out = _empty(spec)
@@ -210,6 +205,16 @@ class MpiCommunicatorBase(CommunicatorBase):
         if header.is_tuple:
             return tuple(outs)
         return outs[0]
+
+    def _recv_header(self, source, tag):
+        """Receive the ArrayMessage that precedes the bytes of ``send``; raise if an object came instead."""
+        header = self._pkl.recv(source=source, tag=tag)
+        if not isinstance(header, ArrayMessage):
+            raise CommunicationError(
+                'rank {}: recv(source={}, tag={}) got a Python object sent by send_obj ({}); '
+                'receive it with recv_obj, or send arrays with send'.format(
+                    self._rank, source, tag, type(header).__name__))
+        return header
 
     def _recv_bytes(self, b, source, tag, spec):
         from mpi4py import MPI

@@ -2,7 +2,6 @@
 
 import numpy
 
-from chainermn_comm import _arrays
 from chainermn_comm import _dtypes
 from chainermn_comm._mpi_base import ArrayMessage, MpiCommunicatorBase, _Fail, _raise_if_failed
 from chainermn_comm.gpu import _cuda_aware
@@ -252,8 +251,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
                 if on_dev and not self.cuda_aware:
                     b = b.get()
                 raw = _dev_bytes(b) if _is_device(b) else b.reshape(-1).view(numpy.uint8)
-                for start in range(0, max(1, raw.size), _MAX_PIECE):
-                    self._mpi_comm.Send(raw[start:start + _MAX_PIECE], dest=dest, tag=tag)
+                self._send_bytes(raw, dest, tag)
 
     def recv(self, source, tag):
         from mpi4py import MPI
@@ -262,12 +260,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         source = self._check_rank(source, 'source')
         tag = self._check_tag(tag)
         with self._guard('recv', (), collective=False, source=source, tag=tag):
-            header = self._pkl.recv(source=source, tag=tag)
-            if not isinstance(header, ArrayMessage):
-                raise CommunicationError(
-                    'rank {}: recv(source={}, tag={}) got a Python object sent by send_obj ({}); '
-                    'receive it with recv_obj, or send arrays with send'.format(
-                        self.rank, source, tag, type(header).__name__))
+            header = self._recv_header(source, tag)
             on_device = getattr(header, 'on_device', None) or [False] * len(header.specs)
             outs = []
             status = MPI.Status()
