@@ -142,35 +142,24 @@ class GradPacker:
         if layout.padded > layout.total:
             buf[layout.total:layout.padded].fill(0)
             launches += 1
-        if self.batched:
-            if plan.groups:
-                ptrs = self._pointers(plan, arrays)
-                for src_dtype, tiles, n_tiles in plan.groups:
-                    self._launch(src_dtype, buf.dtype, 'pack', ptrs, tiles, n_tiles, scale, buf)
-                    launches += 1
-            todo = plan.strided
-        else:
-            todo = range(len(arrays))
-        for i in todo:
-            a = arrays[i]
-            if a.size == 0:
-                continue
-            off = int(layout.offsets[i])
-            k = _cast_scale_kernel(a.dtype, buf.dtype)
-            k(a, _scalar((a.dtype, buf.dtype), scale), buf[off:off + a.size].reshape(a.shape))
-            launches += 1
+        launches += self._copy('pack', buf, arrays, plan, scale)
         self.last_launches = launches
         return buf
 
     def unpack(self, buf, arrays, plan, scale=1.0):
         """Write ``buf`` (times ``scale``, cast back) into ``arrays`` as ``plan`` says."""
-        layout = plan.layout
+        launches = self._copy('unpack', buf, arrays, plan, scale)
+        self.last_launches = launches
+        return arrays
+
+    def _copy(self, direction, buf, arrays, plan, scale):
+        """Copy between ``arrays`` and ``buf`` ('pack' or 'unpack'); return the kernel launches."""
         launches = 0
         if self.batched:
             if plan.groups:
                 ptrs = self._pointers(plan, arrays)
                 for src_dtype, tiles, n_tiles in plan.groups:
-                    self._launch(src_dtype, buf.dtype, 'unpack', ptrs, tiles, n_tiles, scale, buf)
+                    self._launch(src_dtype, buf.dtype, direction, ptrs, tiles, n_tiles, scale, buf)
                     launches += 1
             todo = plan.strided
         else:
@@ -179,12 +168,15 @@ class GradPacker:
             a = arrays[i]
             if a.size == 0:
                 continue
-            off = int(layout.offsets[i])
-            k = _cast_scale_kernel(buf.dtype, a.dtype)
-            k(buf[off:off + a.size].reshape(a.shape), _scalar((a.dtype, buf.dtype), scale), a)
+            off = int(plan.layout.offsets[i])
+            view = buf[off:off + a.size].reshape(a.shape)
+            factor = _scalar((a.dtype, buf.dtype), scale)
+            if direction == 'pack':
+                _cast_scale_kernel(a.dtype, buf.dtype)(a, factor, view)
+            else:
+                _cast_scale_kernel(buf.dtype, a.dtype)(view, factor, a)
             launches += 1
-        self.last_launches = launches
-        return arrays
+        return launches
 
     def _launch(self, src_dtype, buf_dtype, direction, ptrs, tiles, n_tiles, scale, buf):
         kernel = _raw_kernel(src_dtype, buf_dtype, direction)
