@@ -48,13 +48,9 @@ class MultiNodeIterator(chainer.dataset.Iterator):
         if bad:
             raise ValueError('rank {}: create_multi_node_iterator got invalid arguments: {}'.format(
                 self.rank, '; '.join('rank {}: {}'.format(r, p) for r, p in bad)))
-        calls = [e[:2] for e in everyone]
-        if any(c != calls[0] for c in calls):
-            raise IteratorMismatchError(
-                'rank {}: ranks disagree while creating a multi-node iterator: {}. Every rank must call '
-                'create_multi_node_iterator(..., rank_master=M) together with the same M.'.format(
-                    self.rank, '; '.join('rank {}: {}(rank_master={})'.format(r, c[0], c[1])
-                                         for r, c in enumerate(calls))))
+        _require_same_calls(
+            everyone, self.rank, 'while creating a multi-node iterator', '{}(rank_master={})',
+            'Every rank must call create_multi_node_iterator(..., rank_master=M) together with the same M.')
         self._pkl = pkl5.Intracomm(self._work)
         self._seq = 0
         self._state = everyone[rank_master][3]
@@ -70,13 +66,10 @@ class MultiNodeIterator(chainer.dataset.Iterator):
         mine = (op, self._seq, payload if self.is_master else None)
         with guarded(self._communicator, 'multi_node_iterator.' + op):
             everyone = self._pkl.allgather(mine)
-        calls = [e[:2] for e in everyone]
-        if any(c != calls[0] for c in calls):
-            raise IteratorMismatchError(
-                'rank {}: ranks disagree on the multi-node iterator call: {}. Every rank must call '
-                'next/reset/serialize of its multi-node iterator together and in the same order.'.format(
-                    self.rank, '; '.join('rank {}: {} (call #{})'.format(r, c[0], c[1])
-                                         for r, c in enumerate(calls))))
+        _require_same_calls(
+            everyone, self.rank, 'on the multi-node iterator call', '{} (call #{})',
+            'Every rank must call next/reset/serialize of its multi-node iterator together and in the '
+            'same order.')
         return everyone[self.rank_master][2]
 
     def _master_run(self, fn):
@@ -154,3 +147,12 @@ def create_multi_node_iterator(actual_iterator, communicator, rank_master=0):
     ``previous_epoch_detail`` and ``StopIteration`` are the master's on every rank.
     """
     return MultiNodeIterator(actual_iterator, communicator, rank_master)
+
+
+def _require_same_calls(everyone, rank, where, call_fmt, rule):
+    """Raise IteratorMismatchError unless every rank's (call, detail) pair in ``everyone`` is the same."""
+    calls = [e[:2] for e in everyone]
+    if any(c != calls[0] for c in calls):
+        raise IteratorMismatchError('rank {}: ranks disagree {}: {}. {}'.format(
+            rank, where, '; '.join('rank {}: {}'.format(r, call_fmt.format(*c)) for r, c in enumerate(calls)),
+            rule))
