@@ -92,6 +92,17 @@ def _our_contenders(link):
             continue
         out['ours_{}_multi_node_mean_grad'.format(name)] = (
             lambda c=comm: c.multi_node_mean_grad(link, zero_fill=True))
+    # The same communicator with the node-shared-memory path switched off (MPI messages only).
+    # The path is chosen at the first call, so make that call while the switch is set.
+    from chainermn_comm import _shm_reduce
+    os.environ[_shm_reduce.SHM_ENV] = '0'
+    try:
+        mpi_only = chainermn_comm.create_communicator('naive')
+        mpi_only.multi_node_mean_grad(link, zero_fill=True)
+    finally:
+        del os.environ[_shm_reduce.SHM_ENV]
+    out['ours_naive_mpi_only_multi_node_mean_grad'] = (
+        lambda c=mpi_only: c.multi_node_mean_grad(link, zero_fill=True))
     return out
 
 

@@ -6,6 +6,7 @@ import sys
 __all__ = ['merge', 'main']
 
 OURS = 'ours_naive_multi_node_mean_grad'
+OURS_MPI_ONLY = 'ours_naive_mpi_only_multi_node_mean_grad'
 PEER = 'peer_chainer781_naive_mean_grad'
 
 
@@ -36,6 +37,7 @@ def merge(ours, peer):
             'ours_over_floor_one': _ratio(m(OURS), m('floor_packed_one')),
             'floor_one_over_floor_chunked': _ratio(m('floor_packed_one'), m('floor_packed_chunked')),
             'ours_over_memcopy': _ratio(m(OURS), m('memcopy_once')),
+            'ours_mpi_only_over_ours': _ratio(m(OURS_MPI_ONLY), m(OURS)),
         }
         if pe:
             # The peer ran in its own job: compare it with ours both directly and each

@@ -8,6 +8,7 @@ import numpy
 from chainermn_comm import _arrays
 from chainermn_comm import _dtypes
 from chainermn_comm import _grad
+from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 from chainermn_comm._errors import CommunicationError
 from chainermn_comm._guard import CallGuard
@@ -101,7 +102,8 @@ class MpiCommunicatorBase(CommunicatorBase):
         self._init_kwargs = dict(allreduce_grad_dtype=allreduce_grad_dtype,
                                  batched_copy=batched_copy, timeout=timeout)
         self._guard = CallGuard(mpi_comm, timeout=timeout)
-        self._reducer = _grad.ChunkedReducer(mpi_comm)
+        self._reducer = _shm_reduce.NodeReducer(mpi_comm, self._topology,
+                                                 _grad.ChunkedReducer(mpi_comm))
 
     def __repr__(self):
         return '<{} rank={} size={} intra={}/{} inter={}/{}>'.format(

@@ -7,13 +7,15 @@ has finished (checked with a FunctionHook: every ``param.grad`` is still None in
 gradient is final but not *what* it is, so the all-reduce cannot start before backward
 returns without reaching into Chainer's internals.  On the CPU this costs nothing (two
 ranks on two cores have no idle core to hide communication behind); the reduction then
-runs through the same in-place, cache-chunked path as ``multi_node_mean_grad`` on a
+runs through the same path as ``multi_node_mean_grad`` (node-shared memory or MPI) on a
 communicator this object owns, so it is never slower and gives identical results.
 """
 
 import numpy
 
 from chainermn_comm import _grad
+from chainermn_comm import _shm_reduce
+from chainermn_comm import _topology
 
 __all__ = ['BackwardOverlap']
 
@@ -31,7 +33,9 @@ class BackwardOverlap:
         self.communicator = communicator
         self.link = link
         self._mpi_comm = communicator.mpi_comm.Dup()
-        self._reducer = _grad.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes)
+        self._reducer = _shm_reduce.NodeReducer(
+            self._mpi_comm, _topology.detect_topology(self._mpi_comm),
+            _grad.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
 
     def run_backward(self, loss, **backward_kwargs):
         """Run ``loss.backward(**backward_kwargs)`` and average the gradients across ranks."""
@@ -56,7 +60,8 @@ class BackwardOverlap:
             self._reducer.mean(grads, dtype=dtype)
 
     def free(self):
-        """Release the duplicated MPI communicator (collective)."""
+        """Release the duplicated MPI communicator and its shared memory (collective)."""
         if self._mpi_comm is not None:
+            self._reducer.free()
             self._mpi_comm.Free()
             self._mpi_comm = None

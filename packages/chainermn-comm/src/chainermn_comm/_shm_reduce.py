@@ -1,0 +1,285 @@
+"""Average gradients through memory shared by the ranks of a node, one cache-sized chunk at a time.
+
+The gradients are cut into chunks of ``chunk_bytes`` (as if all arrays were laid end to
+end) and every chunk into one *share* per rank of the node.  Each rank owns a staging
+segment of two chunks in an MPI shared-memory window.  For every chunk:
+
+1. each rank copies the parts of the chunk that other ranks own into its segment;
+2. barrier;
+3. each rank sums its own share: its own gradient plus every peer's staged copy, read
+   straight from the peers' segments; the sum goes into its segment (for the peers) and,
+   scaled by ``1/size``, back into its own gradient; with several nodes the shares are
+   first all-reduced across nodes over MPI;
+4. barrier (shared with step 1 of the next chunk, which stages into the other half);
+5. each rank copies the peers' shares, scaled, into its own gradients.
+
+Every byte of gradient is read once from and written once to main memory, and the
+staging traffic stays in cache, so the whole average costs about one memory copy: it
+has no pack/unpack pass and no MPI copy in and out of MPI's own shared buffers.  Each
+element's sum is computed once, by its owner, so every rank ends with the same bits.
+"""
+
+import os
+
+import numpy
+
+from chainermn_comm import _grad
+from chainermn_comm._errors import CommunicationError
+
+__all__ = ['NodeReducer', 'SHM_ENV', 'SHM_CHUNK_ENV', 'DEFAULT_SHM_CHUNK_BYTES']
+
+#: Set to 0 to average gradients with MPI messages only.
+SHM_ENV = 'CHAINERMN_SHM_REDUCE'
+#: Bytes of gradient per chunk of the shared-memory average.
+SHM_CHUNK_ENV = 'CHAINERMN_SHM_CHUNK_BYTES'
+DEFAULT_SHM_CHUNK_BYTES = 1024 * 1024
+_PLAN_CACHE_SIZE = 8
+
+
+def _shm_enabled():
+    return os.environ.get(SHM_ENV, '1').strip().lower() not in ('0', 'false', 'no', 'off')
+
+
+class NodeReducer:
+    """Average host gradients in place: node-shared memory when ranks share a node, MPI otherwise.
+
+    ``bcast`` and the fallback ``mean`` go to ``chunked`` (a :class:`ChunkedReducer`).
+    The first ``mean`` is collective over ``mpi_comm`` and decides, identically on every
+    rank, whether the shared-memory path can run: more than one rank per node, the same
+    number of ranks on every node, and every node's ranks really sharing memory.
+    """
+
+    def __init__(self, mpi_comm, topology, chunked, chunk_bytes=None):
+        if chunk_bytes is None:
+            chunk_bytes = int(os.environ.get(SHM_CHUNK_ENV, DEFAULT_SHM_CHUNK_BYTES))
+        if chunk_bytes < 64:
+            raise ValueError('{} must be at least 64 bytes; got {}'.format(SHM_CHUNK_ENV, chunk_bytes))
+        self.mpi_comm = mpi_comm
+        self.topology = topology
+        self.chunked = chunked
+        self.chunk_bytes = chunk_bytes // 16 * 16
+        self._state = None  # None: undecided; False: MPI only; _Shared: shared memory ready
+        self._plans = {}
+
+    @property
+    def uses_shared_memory(self):
+        """Whether ``mean`` runs through node-shared memory (None before the first ``mean``)."""
+        return None if self._state is None else self._state is not False
+
+    def bcast(self, arrays, root=0):
+        """Overwrite ``arrays`` on every rank with root's values (MPI, in chunks)."""
+        self.chunked.bcast(arrays, root=root)
+
+    def mean(self, arrays, dtype=None):
+        """Average the C-contiguous host ``arrays`` over all ranks, in place.
+
+        ``dtype`` is the dtype the sums run in (the arrays' own when None).  As in
+        :meth:`ChunkedReducer.mean`, 2-byte dtypes are scaled before they are summed.
+        """
+        if self.mpi_comm.Get_size() == 1:
+            return
+        if self._state is None:
+            self._state = self._setup()
+        if self._state is False:
+            self.chunked.mean(arrays, dtype=dtype)
+            return
+        for red_dtype, group in _grad._group_by_dtype(arrays, dtype):
+            self._mean_group(red_dtype, group)
+
+    def free(self):
+        """Release the shared window and the node communicators (collective)."""
+        state, self._state = self._state, None
+        self._plans.clear()
+        if state:
+            state.free()
+
+    # -- set-up ---------------------------------------------------------------
+    def _setup(self):
+        from mpi4py import MPI
+        comm, topo = self.mpi_comm, self.topology
+        counts = {}
+        for key in topo.hosts:
+            counts[key] = counts.get(key, 0) + 1
+        usable = _shm_enabled() and min(counts.values()) > 1 and len(set(counts.values())) == 1
+        if not comm.allreduce(usable, op=MPI.LAND):  # the switch may differ between ranks
+            return False
+        # A simulated node (CHAINERMN_RANKS_PER_NODE) must lie inside one real shared-memory node.
+        real = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        try:
+            real_group, comm_group = real.Get_group(), comm.Get_group()
+            real_ranks = set(MPI.Group.Translate_ranks(
+                real_group, list(range(real.Get_size())), comm_group))
+            real_group.Free()
+            comm_group.Free()
+        finally:
+            real.Free()
+        mine = {r for r, key in enumerate(topo.hosts) if key == topo.hosts[comm.Get_rank()]}
+        if not comm.allreduce(mine <= real_ranks, op=MPI.LAND):
+            return False
+        return _Shared(comm, topo, 2 * self.chunk_bytes)
+
+    # -- the average ------------------------------------------------------------
+    def _plan(self, red_dtype, sizes):
+        key = (red_dtype.str, sizes)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= _PLAN_CACHE_SIZE:
+                self._plans.clear()
+            plan = _make_plan(sizes, self.chunk_bytes // red_dtype.itemsize,
+                              self._state.local_size, self._state.local_rank,
+                              self._state.views(red_dtype))
+            self._plans[key] = plan
+        return plan
+
+    def _mean_group(self, red_dtype, flat_arrays):
+        state = self._state
+        plan = self._plan(red_dtype, tuple(a.size for a in flat_arrays))
+        if not plan:
+            return
+        scale = 1.0 / self.mpi_comm.Get_size()
+        pre = red_dtype.itemsize == 2  # sums of float16 could overflow: scale first
+        g = flat_arrays
+        sync = state.sync
+        _stage(plan[0], g, scale, pre)
+        sync()
+        for k, chunk in enumerate(plan):
+            _reduce_own(chunk, g, scale, pre, state.inter)
+            if k + 1 < len(plan):
+                _stage(plan[k + 1], g, scale, pre)
+            sync()
+            _unpack(chunk, g, scale, pre)
+        sync()  # nobody stages the next group or call while a peer still reads this one
+
+
+class _Shared:
+    """The node and cross-node communicators and the shared staging window."""
+
+    def __init__(self, comm, topo, nbytes):
+        from mpi4py import MPI
+        self.local = comm.Split(topo.node_id, comm.Get_rank())
+        self.inter = comm.Split(topo.intra_rank, comm.Get_rank()) if topo.inter_size > 1 else None
+        self.local_rank = self.local.Get_rank()
+        self.local_size = self.local.Get_size()
+        try:
+            self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.local)
+        except MPI.Exception as e:
+            raise CommunicationError(
+                'rank {}: could not allocate {} bytes of node-shared memory for the gradient '
+                'average ({}); set {}=0 to average with MPI messages only'.format(
+                    comm.Get_rank(), nbytes, e, SHM_ENV)) from e
+        self.segments = []
+        for r in range(self.local_size):
+            buf, _ = self.win.Shared_query(r)
+            self.segments.append(numpy.frombuffer(buf, dtype=numpy.uint8, count=nbytes))
+        self.win.Lock_all()
+
+    def views(self, dtype):
+        """Return every local rank's segment viewed as ``dtype``."""
+        return [s.view(dtype) for s in self.segments]
+
+    def sync(self):
+        """Make this rank's stores visible and wait for every rank of the node."""
+        self.win.Sync()
+        self.local.Barrier()
+        self.win.Sync()
+
+    def free(self):
+        self.win.Unlock_all()
+        self.win.Free()
+        self.local.Free()
+        if self.inter is not None:
+            self.inter.Free()
+
+
+class _Chunk:
+    """What one rank does for one chunk: stage, reduce its own share, unpack the others'."""
+
+    __slots__ = ('stage', 'own', 'own_region', 'unpack')
+
+    def __init__(self):
+        self.stage = []   # (array index, start, stop, destination view in my segment)
+        self.own = []     # (array index, start, stop, accumulator view, [peer views])
+        self.own_region = None  # my whole share of this chunk in my segment
+        self.unpack = []  # (array index, start, stop, source view in the owner's segment)
+
+
+def _make_plan(sizes, chunk_elems, nlocal, me, segments):
+    """Cut arrays of ``sizes`` laid end to end into chunks and shares; see the module doc."""
+    starts = [0]
+    for n in sizes:
+        starts.append(starts[-1] + n)
+    total = starts[-1]
+    plan = []
+    i = 0
+    for k, c0 in enumerate(range(0, total, chunk_elems)):
+        c1 = min(c0 + chunk_elems, total)
+        n = c1 - c0
+        base = (k & 1) * chunk_elems
+        # Shares sit at the same place of the segment in every chunk (the last, short chunk
+        # only clips them), so staging chunk k+2 never touches a share a peer still reads
+        # from chunk k.
+        bounds = [c0 + min(n, chunk_elems * j // nlocal) for j in range(nlocal + 1)]
+        chunk = _Chunk()
+        chunk.own_region = segments[me][base + bounds[me] - c0:base + bounds[me + 1] - c0]
+        while starts[i + 1] <= c0:
+            i += 1
+        j = i
+        while j < len(sizes) and starts[j] < c1:
+            a0, a1 = max(c0, starts[j]), min(c1, starts[j + 1])
+            for owner in range(nlocal):
+                x0, x1 = max(a0, bounds[owner]), min(a1, bounds[owner + 1])
+                if x0 >= x1:
+                    continue
+                item = (j, x0 - starts[j], x1 - starts[j])
+                s0, s1 = base + x0 - c0, base + x1 - c0
+                if owner == me:
+                    peers = [segments[p][s0:s1] for p in range(nlocal) if p != me]
+                    chunk.own.append(item + (segments[me][s0:s1], peers))
+                else:
+                    chunk.stage.append(item + (segments[me][s0:s1],))
+                    chunk.unpack.append(item + (segments[owner][s0:s1],))
+            j += 1
+        plan.append(chunk)
+    return plan
+
+
+def _stage(chunk, g, scale, pre):
+    if pre:
+        for j, a, b, dst in chunk.stage:
+            numpy.multiply(g[j][a:b], scale, out=dst, casting='unsafe')
+    else:
+        for j, a, b, dst in chunk.stage:
+            numpy.copyto(dst, g[j][a:b], casting='unsafe')
+
+
+def _reduce_own(chunk, g, scale, pre, inter):
+    for j, a, b, acc, peers in chunk.own:
+        mine = g[j][a:b]
+        if pre:
+            numpy.multiply(mine, scale, out=acc, casting='unsafe')
+            numpy.add(acc, peers[0], out=acc)
+        elif mine.dtype == acc.dtype:
+            numpy.add(mine, peers[0], out=acc)
+        else:
+            numpy.copyto(acc, mine, casting='unsafe')
+            numpy.add(acc, peers[0], out=acc)
+        for p in peers[1:]:
+            numpy.add(acc, p, out=acc)
+        if inter is None:
+            _write_back(mine, acc, scale, pre)
+    if inter is not None and chunk.own_region.size:
+        _grad._sum_in_place(inter, chunk.own_region)
+        for j, a, b, acc, _ in chunk.own:
+            _write_back(g[j][a:b], acc, scale, pre)
+
+
+def _write_back(dst, total, scale, pre):
+    if pre:
+        numpy.copyto(dst, total, casting='unsafe')
+    else:
+        numpy.multiply(total, scale, out=dst, casting='unsafe')
+
+
+def _unpack(chunk, g, scale, pre):
+    for j, a, b, src in chunk.unpack:
+        _write_back(g[j][a:b], src, scale, pre)

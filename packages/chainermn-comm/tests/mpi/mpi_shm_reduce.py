@@ -1,0 +1,126 @@
+"""Per-rank tests of NodeReducer, the node-shared-memory average (run by test_shm_reduce.py)."""
+
+import os
+
+import numpy
+import pytest
+from mpi4py import MPI
+
+from chainermn_comm import _grad
+from chainermn_comm import _shm_reduce
+from chainermn_comm import _topology
+
+COMM = MPI.COMM_WORLD
+SHAPES = [(3,), (17, 5), (0,), (1000,), (4, 4, 4), (), (2500,), (1,), (64, 33)]
+EXPECT_SHM = os.environ.get('EXPECT_SHM') == '1'
+
+
+def _arrays(seed, dtype, shapes=SHAPES):
+    rng = numpy.random.RandomState(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _reducer(chunk_bytes):
+    topo = _topology.detect_topology(COMM)
+    return _shm_reduce.NodeReducer(COMM, topo, _grad.ChunkedReducer(COMM), chunk_bytes=chunk_bytes)
+
+
+def _expected(seeds, dtype, red_dtype, shapes=SHAPES):
+    """Mean over ranks in float64 of the values each rank contributes (after its casts)."""
+    size = COMM.Get_size()
+    per_rank = [_arrays(s, dtype, shapes) for s in seeds]
+    out = []
+    for i in range(len(shapes)):
+        if red_dtype.itemsize == 2:
+            parts = [(p[i] * (1.0 / size)).astype(red_dtype).astype(numpy.float64) for p in per_rank]
+            out.append(sum(parts))
+        else:
+            out.append(sum(p[i].astype(red_dtype).astype(numpy.float64) for p in per_rank) / size)
+    return out
+
+
+def _assert_same_on_every_rank(arrays):
+    for other in COMM.allgather(arrays):
+        for a, b in zip(arrays, other):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert numpy.array_equal(a, b), 'ranks disagree on the averaged gradient'
+
+
+@pytest.mark.parametrize('chunk_bytes', [64, 200, 4096, 1 << 20])
+@pytest.mark.parametrize('dtype,red', [(numpy.float32, None), (numpy.float64, None),
+                                       (numpy.float16, None), (numpy.float32, numpy.float16),
+                                       (numpy.float32, numpy.float64)])
+def test_mean_matches_reference(chunk_bytes, dtype, red):
+    r = _reducer(chunk_bytes)
+    arrays = _arrays(COMM.Get_rank(), dtype)
+    ids = [id(a) for a in arrays]
+    r.mean(arrays, dtype=red)
+    if COMM.Get_size() > 1:
+        assert r.uses_shared_memory is EXPECT_SHM
+    assert [id(a) for a in arrays] == ids
+    red_dtype = numpy.dtype(red or dtype)
+    tol = {2: 3e-3, 4: 3e-6, 8: 1e-12}[min(red_dtype.itemsize, numpy.dtype(dtype).itemsize)]
+    for got, want in zip(arrays, _expected(range(COMM.Get_size()), dtype, red_dtype)):
+        assert got.dtype == numpy.dtype(dtype) and got.shape == want.shape
+        numpy.testing.assert_allclose(got.astype(numpy.float64), want, rtol=tol, atol=tol)
+    _assert_same_on_every_rank(arrays)
+    r.free()
+
+
+def test_repeated_calls_mixed_dtypes_and_layouts():
+    """Reuse one window across calls whose dtypes, layouts and chunk counts change."""
+    r = _reducer(256)
+    for it in range(6):
+        shapes = SHAPES if it % 2 == 0 else [(129,), (7, 3), (40,)]
+        seed = COMM.Get_rank() * 10 + it
+        a32 = _arrays(seed, numpy.float32, shapes)
+        a64 = _arrays(seed + 1000, numpy.float64, shapes)
+        mixed = [x for pair in zip(a32, a64) for x in pair]
+        r.mean(mixed)
+        seeds = [q * 10 + it for q in range(COMM.Get_size())]
+        for got, want in zip(a32, _expected(seeds, numpy.float32, numpy.dtype(numpy.float32), shapes)):
+            numpy.testing.assert_allclose(got, want, rtol=3e-6, atol=3e-6)
+        want64 = _expected([s + 1000 for s in seeds], numpy.float64, numpy.dtype(numpy.float64), shapes)
+        for got, want in zip(a64, want64):
+            numpy.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        _assert_same_on_every_rank(mixed)
+    r.free()
+
+
+def test_two_summands_match_mpi_bitwise():
+    """With two ranks each sum has one order, so shared memory and MPI give the same bits."""
+    if COMM.Get_size() != 2:
+        pytest.skip('needs exactly two ranks')
+    a = _arrays(COMM.Get_rank() + 3, numpy.float32)
+    b = [x.copy() for x in a]
+    _reducer(128).mean(a)
+    _grad.ChunkedReducer(COMM, chunk_bytes=128, direct_bytes=64).mean(b)
+    for x, y in zip(a, b):
+        assert numpy.array_equal(x, y)
+
+
+def test_large_arrays_cross_many_chunks():
+    shapes = [(300000,), (5,), (123457,)]
+    arrays = _arrays(COMM.Get_rank(), numpy.float32, shapes)
+    _reducer(1 << 16).mean(arrays)
+    want = _expected(range(COMM.Get_size()), numpy.float32, numpy.dtype(numpy.float32), shapes)
+    for got, w in zip(arrays, want):
+        numpy.testing.assert_allclose(got, w, rtol=3e-6, atol=3e-6)
+    _assert_same_on_every_rank(arrays)
+
+
+def test_switch_off_with_environment(monkeypatch):
+    monkeypatch.setenv(_shm_reduce.SHM_ENV, '0')
+    r = _reducer(1024)
+    arrays = _arrays(COMM.Get_rank(), numpy.float32)
+    r.mean(arrays)
+    if COMM.Get_size() > 1:
+        assert r.uses_shared_memory is False
+    want = _expected(range(COMM.Get_size()), numpy.float32, numpy.dtype(numpy.float32))
+    for got, w in zip(arrays, want):
+        numpy.testing.assert_allclose(got, w, rtol=3e-6, atol=3e-6)
+
+
+def test_rejects_tiny_chunk():
+    with pytest.raises(ValueError, match=_shm_reduce.SHM_CHUNK_ENV):
+        _reducer(8)
