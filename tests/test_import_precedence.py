@@ -1,14 +1,18 @@
 """``import chainermn`` is our meta-package, not the older copy Chainer 7.8.1 installs.
 
 Dev install (editable) is checked in the running venv; a fresh non-editable install is checked
-in new venvs in both install orders (Chainer first / ours first).
+in new venvs in both install orders: Chainer first, then the one-path ``pip install
+packages/chainermn`` from the checkout (which brings the four sub-packages along); ours first, from
+wheels built as a publisher would (``CHAINERMN_NO_LOCAL_SIBLINGS=1``: version ranges, no paths).
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import zipfile
 
 import pytest
 
@@ -87,14 +91,40 @@ def _run(cmd, **kw):
     return res
 
 
+def _env(**changes):
+    """This process's environment with ``changes`` (None removes a variable)."""
+    env = dict(os.environ)
+    for key, value in changes.items():
+        env.pop(key, None)
+        if value is not None:
+            env[key] = value
+    return env
+
+
+def _repo_version(package):
+    with open(os.path.join(ROOT, 'packages', package, 'pyproject.toml')) as f:
+        return re.search(r'^version = "([^"]+)"$', f.read(), re.M).group(1)
+
+
 @pytest.fixture(scope='module')
 def wheels(tmp_path_factory):
-    """Build our five wheels once (poetry-core from this venv, no isolation needed)."""
+    """Build our five wheels once, as a publisher would (poetry-core from this venv, no isolation
+    needed; CHAINERMN_NO_LOCAL_SIBLINGS=1 keeps the siblings as version ranges, not paths)."""
     out = tmp_path_factory.mktemp('wheels')
     _run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation',
-          '-w', out] + [os.path.join(ROOT, 'packages', p) for p in PACKAGES])
+          '-w', out] + [os.path.join(ROOT, 'packages', p) for p in PACKAGES],
+         env=_env(CHAINERMN_NO_LOCAL_SIBLINGS='1'))
     found = sorted(str(p) for p in out.glob('*.whl'))
     assert len(found) == len(PACKAGES), found
+    meta = next(w for w in found if os.path.basename(w).startswith('chainermn-0'))
+    with zipfile.ZipFile(meta) as zf:
+        text = zf.read('chainermn-0.1.0.dist-info/METADATA').decode()
+    requires = [ln for ln in text.splitlines() if ln.startswith('Requires-Dist:')]
+    assert requires == ['Requires-Dist: chainermn-comm (>=0.1,<0.2)',
+                        'Requires-Dist: chainermn-comm[gpu] (>=0.1,<0.2) ; extra == "gpu"',
+                        'Requires-Dist: chainermn-data (>=0.1,<0.2)',
+                        'Requires-Dist: chainermn-links (>=0.1,<0.2)',
+                        'Requires-Dist: chainermn-train (>=0.1,<0.2)'], requires
     return found
 
 
@@ -120,13 +150,50 @@ def _check_fresh(python, cwd):
     return got
 
 
+SMOKE = textwrap.dedent('''
+    import importlib.metadata as md, json
+    import chainermn
+    comm = chainermn.create_communicator('naive')
+    data = chainermn.scatter_dataset(list(range(7)), comm)
+    dists = {}
+    for name in %r:
+        dist = md.distribution(name)
+        url = dist.read_text('direct_url.json')
+        dists[name] = [dist.version, json.loads(url) if url else None]
+    print('SMOKE ' + json.dumps({'size': comm.size, 'rank': comm.rank,
+                                 'data': [int(x) for x in data], 'dists': dists}))
+''') % (PACKAGES,)
+
+
 @pytest.mark.slow
-def test_fresh_install_chainer_first(tmp_path, wheels):
+def test_fresh_install_chainer_first_one_path(tmp_path):
+    """Chainer first, then ``pip install packages/chainermn`` alone, from the repo root."""
     python, pip = _new_venv(tmp_path / 'venv')
     _install_chainer(pip)
     _run(pip + ['mpi4py', 'mpich'])
-    _run(pip + wheels)  # with dependencies: the siblings come from the wheels on the command line
+    env = _env(CHAINERMN_NO_LOCAL_SIBLINGS=None)
+    _run(pip + ['packages/chainermn'], cwd=ROOT, env=env)  # the four siblings come along
+    res = _run([python, '-c', SMOKE], cwd=str(tmp_path))
+    got = json.loads(next(ln for ln in res.stdout.splitlines() if ln.startswith('SMOKE '))[6:])
+    assert (got['size'], got['rank'], got['data']) == (1, 0, list(range(7))), got
+    for name in PACKAGES:  # installed, at the repo's versions, from the checkout, not editable
+        version, direct = got['dists'][name]
+        assert version == _repo_version(name), (name, got)
+        assert direct == {'url': 'file://' + os.path.join(ROOT, 'packages', name),
+                          'dir_info': {}}, (name, direct)
     _check_fresh(python, tmp_path)
+    _run([python, '-m', 'pip', 'check'])
+    # The [gpu] extra reaches chainermn-comm[gpu] through the direct reference, and naming a
+    # sibling's path on the same command line (the old five-path form) does not conflict with it.
+    report = tmp_path / 'report.json'
+    _run(pip + ['--dry-run', '--report', report, 'packages/chainermn[gpu]',
+                'packages/chainermn-data'], cwd=ROOT, env=env)
+    with open(str(report)) as f:
+        planned = {i['metadata']['name']: i['download_info']['url']
+                   for i in json.load(f)['install']}
+    for name in PACKAGES:
+        assert planned[name] == 'file://' + os.path.join(ROOT, 'packages', name), planned
+    assert 'cupy-cuda12x' in planned, planned
     # Uninstalling ours gives Chainer's copy back, intact.
     _run([python, '-m', 'pip', 'uninstall', '-y', '-q', 'chainermn'])
     res = _run([python, '-c', 'import chainermn, os, sysconfig; print(os.path.dirname('

@@ -42,9 +42,9 @@ def _package_rows(facts):
     detail = ', '.join('{} {}'.format(k, v) for k, v in mine.items() if k not in broken)
     if broken:
         rows.append(Row('packages', FAIL, '; '.join('{} {}'.format(k, v) for k, v in broken.items()),
-                        'install every sub-package: `pip install packages/chainermn-comm '
-                        'packages/chainermn-data packages/chainermn-links packages/chainermn-train '
-                        'packages/chainermn` (see packages/chainermn/README.md)'))
+                        'install every sub-package: `pip install packages/chainermn` from the '
+                        'repository root (it installs the four sub-packages from the checkout too; '
+                        'see packages/chainermn/README.md)'))
     elif differ:
         rows.append(Row('packages', FAIL, 'versions differ between ranks: {}'.format(', '.join(differ)),
                         'install the same versions on every host'))
