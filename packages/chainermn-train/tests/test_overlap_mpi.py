@@ -10,3 +10,9 @@ HERE = os.path.dirname(__file__)
 @pytest.mark.parametrize('n', [1, 2, 3])
 def test_overlap(n):
     run_pytest_under_mpi(os.path.join(HERE, 'mpi', 'mpi_overlap.py'), n, timeout=240)
+
+
+def test_overlap_two_simulated_nodes():
+    """Two nodes of two ranks: shared memory per node plus the cross-node all-reduce."""
+    run_pytest_under_mpi(os.path.join(HERE, 'mpi', 'mpi_overlap.py'), 4, timeout=240,
+                         env={'CHAINERMN_RANKS_PER_NODE': '2'})

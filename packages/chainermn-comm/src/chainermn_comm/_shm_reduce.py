@@ -7,7 +7,7 @@ segment of two chunks in an MPI shared-memory window.  For every chunk:
 1. each rank copies the parts of the chunk that other ranks own into its segment;
 2. barrier;
 3. each rank sums its own share: its own gradient plus every peer's staged copy, read
-   straight from the peers' segments; the sum goes into its segment (for the peers) and,
+   straight from the peers' segments, always in local-rank order; the sum goes into its segment (for the peers) and,
    scaled by ``1/size``, back into its own gradient; with several nodes the shares are
    first all-reduced across nodes over MPI;
 4. barrier (shared with step 1 of the next chunk, which stages into the other half);
@@ -33,7 +33,7 @@ SHM_ENV = 'CHAINERMN_SHM_REDUCE'
 #: Bytes of gradient per chunk of the shared-memory average.
 SHM_CHUNK_ENV = 'CHAINERMN_SHM_CHUNK_BYTES'
 DEFAULT_SHM_CHUNK_BYTES = 1024 * 1024
-_PLAN_CACHE_SIZE = 8
+_PLAN_CACHE_SIZE = 64
 
 
 def _shm_enabled():
@@ -142,8 +142,9 @@ class NodeReducer:
         sync = state.sync
         _stage(plan[0], g, scale, pre)
         sync()
+        scratch = state.scratch(red_dtype, self.chunk_bytes)
         for k, chunk in enumerate(plan):
-            _reduce_own(chunk, g, scale, pre, state.inter)
+            _reduce_own(chunk, g, scale, pre, state.inter, scratch)
             if k + 1 < len(plan):
                 _stage(plan[k + 1], g, scale, pre)
             sync()
@@ -160,6 +161,7 @@ class _Shared:
         self.inter = comm.Split(topo.intra_rank, comm.Get_rank()) if topo.inter_size > 1 else None
         self.local_rank = self.local.Get_rank()
         self.local_size = self.local.Get_size()
+        self._scratch = None
         try:
             self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.local)
         except MPI.Exception as e:
@@ -172,6 +174,13 @@ class _Shared:
             buf, _ = self.win.Shared_query(r)
             self.segments.append(numpy.frombuffer(buf, dtype=numpy.uint8, count=nbytes))
         self.win.Lock_all()
+
+    def scratch(self, dtype, chunk_bytes):
+        """Return a private buffer as large as one share of a chunk, viewed as ``dtype``."""
+        need = chunk_bytes // self.local_size + 64
+        if self._scratch is None or self._scratch.size < need:
+            self._scratch = numpy.empty(need, dtype=numpy.uint8)
+        return self._scratch[:need // dtype.itemsize * dtype.itemsize].view(dtype)
 
     def views(self, dtype):
         """Return every local rank's segment viewed as ``dtype``."""
@@ -198,7 +207,7 @@ class _Chunk:
 
     def __init__(self):
         self.stage = []   # (array index, start, stop, destination view in my segment)
-        self.own = []     # (array index, start, stop, accumulator view, [peer views])
+        self.own = []     # (array index, start, stop, accumulator view, [view per local rank; None: mine])
         self.own_region = None  # my whole share of this chunk in my segment
         self.unpack = []  # (array index, start, stop, source view in the owner's segment)
 
@@ -233,8 +242,8 @@ def _make_plan(sizes, chunk_elems, nlocal, me, segments):
                 item = (j, x0 - starts[j], x1 - starts[j])
                 s0, s1 = base + x0 - c0, base + x1 - c0
                 if owner == me:
-                    peers = [segments[p][s0:s1] for p in range(nlocal) if p != me]
-                    chunk.own.append(item + (segments[me][s0:s1], peers))
+                    terms = [None if p == me else segments[p][s0:s1] for p in range(nlocal)]
+                    chunk.own.append(item + (segments[me][s0:s1], terms))
                 else:
                     chunk.stage.append(item + (segments[me][s0:s1],))
                     chunk.unpack.append(item + (segments[owner][s0:s1],))
@@ -252,19 +261,25 @@ def _stage(chunk, g, scale, pre):
             numpy.copyto(dst, g[j][a:b], casting='unsafe')
 
 
-def _reduce_own(chunk, g, scale, pre, inter):
-    for j, a, b, acc, peers in chunk.own:
+def _reduce_own(chunk, g, scale, pre, inter, scratch):
+    for j, a, b, acc, terms in chunk.own:
         mine = g[j][a:b]
-        if pre:
-            numpy.multiply(mine, scale, out=acc, casting='unsafe')
-            numpy.add(acc, peers[0], out=acc)
-        elif mine.dtype == acc.dtype:
-            numpy.add(mine, peers[0], out=acc)
+        if pre or mine.dtype != acc.dtype:
+            # Bring my term to the reduction dtype (scaled first for 2-byte dtypes), like the
+            # peers' staged terms, without touching my gradient.
+            mine_term = scratch[:b - a]
+            if pre:
+                numpy.multiply(mine, scale, out=mine_term, casting='unsafe')
+            else:
+                numpy.copyto(mine_term, mine, casting='unsafe')
         else:
-            numpy.copyto(acc, mine, casting='unsafe')
-            numpy.add(acc, peers[0], out=acc)
-        for p in peers[1:]:
-            numpy.add(acc, p, out=acc)
+            mine_term = mine
+        # Sum in local-rank order whoever owns the share, so that the bits do not depend on
+        # how the arrays fall into chunks and shares.
+        ordered = [mine_term if t is None else t for t in terms]
+        numpy.add(ordered[0], ordered[1], out=acc)
+        for t in ordered[2:]:
+            numpy.add(acc, t, out=acc)
         if inter is None:
             _write_back(mine, acc, scale, pre)
     if inter is not None and chunk.own_region.size:

@@ -1,5 +1,7 @@
 """Per-rank tests of BackwardOverlap (run under mpiexec by test_overlap_mpi.py)."""
 
+import threading
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -87,4 +89,79 @@ def test_backward_kwargs_and_repeated_use():
         assert lb.grad is not None and float(lb.grad) == 1.0
         for (n, pa), (_, pb) in zip(sorted(a.namedparams()), sorted(b.namedparams())):
             assert numpy.array_equal(pa.grad, pb.grad), (it, n)
+    ov.free()
+
+
+def test_gradients_are_averaged_during_backward():
+    comm = chainermn_comm.create_communicator('naive')
+    model = Net()
+    comm.bcast_data(model)
+    ov = BackwardOverlap(comm, model, bucket_bytes=1)  # one bucket per parameter
+    model.cleargrads()
+    x = numpy.ones((4, 6), numpy.float32)
+    ov.run_backward(F.sum(model(x) ** 2))
+    if comm.size > 1:
+        # l1 and l2 (4 parameters) are used: their buckets start during backward.
+        assert ov.early_params == 4
+    ov.free()
+
+
+class _WaitForBucket(chainer.FunctionNode):
+    """Identity whose backward waits until the background thread has averaged a bucket."""
+
+    def __init__(self, event, seen):
+        super().__init__()
+        self.event, self.seen = event, seen
+
+    def forward(self, inputs):
+        return inputs[0].copy(),
+
+    def backward(self, indexes, grad_outputs):
+        self.seen.append(self.event.wait(timeout=60))
+        return grad_outputs[0] * 1,
+
+
+def test_bucket_is_reduced_before_backward_finishes():
+    """l2's gradients are averaged while backward still has to go through l1."""
+    comm = chainermn_comm.create_communicator('naive')
+    if comm.size == 1:
+        pytest.skip('one rank: nothing is all-reduced')
+    model = Net()
+    comm.bcast_data(model)
+    ov = BackwardOverlap(comm, model, bucket_bytes=1)
+    event, seen, calls = threading.Event(), [], []
+    real_mean = ov._reducer.mean
+
+    def mean(arrays, dtype=None):
+        real_mean(arrays, dtype=dtype)
+        calls.append(threading.current_thread().name)
+        event.set()
+
+    ov._reducer.mean = mean
+    x = numpy.random.RandomState(comm.rank).standard_normal((4, 6)).astype(numpy.float32)
+    h = _WaitForBucket(event, seen).apply((F.tanh(model.l1(x)),))[0]
+    loss = F.sum(model.l2(h) ** 2)
+    model.cleargrads()
+    ov.run_backward(loss)
+    assert seen == [True], 'no bucket was averaged while backward was running'
+    assert calls and all(name == 'chainermn-overlap' for name in calls)
+    ov.free()
+
+
+def test_different_graphs_raise_on_every_rank():
+    comm = chainermn_comm.create_communicator('naive')
+    if comm.size == 1:
+        pytest.skip('one rank: nothing to compare')
+    model = Net()
+    comm.bcast_data(model)
+    ov = BackwardOverlap(comm, model)
+    x = numpy.ones((4, 6), numpy.float32)
+    h = model(x)
+    if comm.rank == 0:
+        # Only rank 0 uses the link the others leave unused, after l2: its gradient is final
+        # first there and last elsewhere, so the buckets would not match.
+        h = F.sum(model.unused(F.concat((h, h[:, :1]), axis=1))) + h
+    model.cleargrads()
+    with pytest.raises(chainermn_comm.CommunicationError, match='different graphs'):
+        ov.run_backward(F.sum(h ** 2))
     ov.free()
