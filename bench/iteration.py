@@ -153,16 +153,21 @@ def main():
     p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.iters is None:
-        args.iters = 7 if args.size == 'full' else 2
+        args.iters = 15 if args.size == 'full' else 2
     if args.worker:
         return worker(args)
     mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    # One BLAS thread per rank: with several ranks per machine, BLAS threads would fight the
+    # ranks for the cores and the timings would measure that instead.
+    env = dict(os.environ)
+    for var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
+        env.setdefault(var, '1')
     result = {}
     for n in [int(v) for v in args.ranks.split(',')]:
         part = args.out + '.part{}'.format(n)
         subprocess.run([mpiexec, '-n', str(n), sys.executable, os.path.abspath(__file__), '--worker',
                         '--size', args.size, '--iters', str(args.iters), '--warmup', str(args.warmup),
-                        '--out', part], check=True)
+                        '--out', part], check=True, env=env)
         with open(part) as f:
             result.update(json.load(f))
         os.remove(part)

@@ -1,7 +1,8 @@
 """Per-call bookkeeping for communicators: the watchdog and the debug-mode consistency check.
 
 Every blocking call of a communicator runs inside ``with guard(name, sig, collective=..., **info):``.
-``sig`` is a tuple of ``(key, value)`` pairs all ranks must agree on in debug mode (shape, dtype, root);
+``sig`` is a tuple of ``(key, value)`` pairs all ranks must agree on in debug mode (shape, dtype, root),
+or a callable returning one (for signatures that cost time to build, built only when needed);
 ``info`` is only shown in reports (e.g. the peer of a send).
 
 Fast path (watchdog on, debug off): entering a call stores one tuple with a ``time.monotonic()``
@@ -209,7 +210,7 @@ class CallGuard:
     def _check_agreement(self, cur):
         """Raise CommunicationError on every rank unless all ranks make the same call."""
         name, _, sig, _, _ = cur
-        mine = (name, tuple(sig), self.collective_seq)
+        mine = (name, tuple(_resolve(sig)), self.collective_seq)
         everyone = self._debug_comm.allgather(mine)
         if all(e[:2] == everyone[0][:2] for e in everyone):
             return
@@ -231,7 +232,7 @@ class CallGuard:
     def describe(self, cur):
         """Return a one-line description of the call ``cur``: name, sequence number, sig and info."""
         name, seq, sig, _, info = cur
-        details = 'call #{} {}'.format(seq, _fmt_call(name, sig))
+        details = 'call #{} {}'.format(seq, _fmt_call(name, _resolve(sig)))
         if info:
             details += ' [' + ', '.join('{}={}'.format(k, _short(v)) for k, v in sorted(info.items())) + ']'
         return details
@@ -272,6 +273,11 @@ def _short(value):
     if len(text) > _MAX_VALUE_CHARS:
         text = text[:_MAX_VALUE_CHARS - 20] + '...<{} chars>'.format(len(text))
     return text
+
+
+def _resolve(sig):
+    """Return ``sig``, calling it first when it is given lazily (a callable)."""
+    return sig() if callable(sig) else sig
 
 
 def _fmt_call(name, sig):

@@ -434,7 +434,10 @@ class MpiCommunicatorBase(CommunicatorBase):
 
     def allreduce_grad(self, model, zero_fill=True):
         params = _grad.collect_params(model, zero_fill)
-        sig = (('params', tuple((p.grad.shape, p.grad.dtype.str) for p in params)),)
+
+        def sig():
+            return (('params', tuple((p.grad.shape, p.grad.dtype.str) for p in params)),)
+
         with self._guard('allreduce_grad', sig):
             self._mean_grads(params)
 

@@ -70,21 +70,39 @@ class NodeReducer:
         """Overwrite ``arrays`` on every rank with root's values (MPI, in chunks)."""
         self.chunked.bcast(arrays, root=root)
 
-    def mean(self, arrays, dtype=None):
-        """Average the C-contiguous host ``arrays`` over all ranks, in place.
+    def mean(self, arrays, dtype=None, out=None):
+        """Average the C-contiguous host ``arrays`` over all ranks, in place or into ``out``.
 
-        ``dtype`` is the dtype the sums run in (the arrays' own when None).  As in
-        :meth:`ChunkedReducer.mean`, 2-byte dtypes are scaled before they are summed.
+        ``dtype`` is the dtype the sums run in (the arrays' own, or ``out``'s, when None).  As
+        in :meth:`ChunkedReducer.mean`, 2-byte dtypes are scaled before they are summed.
+        ``out`` (a list of C-contiguous arrays of the same sizes) receives the averages and
+        leaves ``arrays`` untouched; through shared memory this costs no extra copy.
         """
-        if self.mpi_comm.Get_size() == 1:
-            return
-        if self._state is None:
+        if out is None:
+            out = arrays
+        elif len(out) != len(arrays) or any(a.size != o.size for a, o in zip(arrays, out)):
+            raise ValueError('mean: out must hold one array of the same size per input array; got '
+                             'sizes {} for inputs of sizes {}'.format(
+                                 [o.size for o in out], [a.size for a in arrays]))
+        in_place = out is arrays
+        if self.mpi_comm.Get_size() > 1 and self._state is None:
             self._state = self._setup()
-        if self._state is False:
-            self.chunked.mean(arrays, dtype=dtype)
+        if self.mpi_comm.Get_size() == 1 or self._state is False:
+            if not in_place:
+                for a, o in zip(arrays, out):
+                    numpy.copyto(o.reshape(-1), a.reshape(-1), casting='unsafe')
+            if self.mpi_comm.Get_size() > 1:
+                self.chunked.mean(out, dtype=dtype)
             return
-        for red_dtype, group in _grad._group_by_dtype(arrays, dtype):
-            self._mean_group(red_dtype, group)
+        groups = {}
+        for a, o in zip(arrays, out):
+            key = numpy.dtype(dtype) if dtype is not None else o.dtype
+            pair = groups.setdefault(key, ([], []))
+            pair[0].append(a.reshape(-1))
+            pair[1].append(o.reshape(-1))
+        for red_dtype in sorted(groups, key=lambda d: d.str):
+            src, dst = groups[red_dtype]
+            self._mean_group(red_dtype, src, dst)
 
     def free(self):
         """Release the shared window and the node communicators (collective)."""
@@ -131,24 +149,23 @@ class NodeReducer:
             self._plans[key] = plan
         return plan
 
-    def _mean_group(self, red_dtype, flat_arrays):
+    def _mean_group(self, red_dtype, src, dst):
         state = self._state
-        plan = self._plan(red_dtype, tuple(a.size for a in flat_arrays))
+        plan = self._plan(red_dtype, tuple(a.size for a in src))
         if not plan:
             return
         scale = 1.0 / self.mpi_comm.Get_size()
         pre = red_dtype.itemsize == 2  # sums of float16 could overflow: scale first
-        g = flat_arrays
         sync = state.sync
-        _stage(plan[0], g, scale, pre)
+        _stage(plan[0], src, scale, pre)
         sync()
         scratch = state.scratch(red_dtype, self.chunk_bytes)
         for k, chunk in enumerate(plan):
-            _reduce_own(chunk, g, scale, pre, state.inter, scratch)
+            _reduce_own(chunk, src, dst, scale, pre, state.inter, scratch)
             if k + 1 < len(plan):
-                _stage(plan[k + 1], g, scale, pre)
+                _stage(plan[k + 1], src, scale, pre)
             sync()
-            _unpack(chunk, g, scale, pre)
+            _unpack(chunk, dst, scale, pre)
         sync()  # nobody stages the next group or call while a peer still reads this one
 
 
@@ -261,9 +278,9 @@ def _stage(chunk, g, scale, pre):
             numpy.copyto(dst, g[j][a:b], casting='unsafe')
 
 
-def _reduce_own(chunk, g, scale, pre, inter, scratch):
+def _reduce_own(chunk, src, dst, scale, pre, inter, scratch):
     for j, a, b, acc, terms in chunk.own:
-        mine = g[j][a:b]
+        mine = src[j][a:b]
         if pre or mine.dtype != acc.dtype:
             # Bring my term to the reduction dtype (scaled first for 2-byte dtypes), like the
             # peers' staged terms, without touching my gradient.
@@ -281,11 +298,11 @@ def _reduce_own(chunk, g, scale, pre, inter, scratch):
         for t in ordered[2:]:
             numpy.add(acc, t, out=acc)
         if inter is None:
-            _write_back(mine, acc, scale, pre)
+            _write_back(dst[j][a:b], acc, scale, pre)
     if inter is not None and chunk.own_region.size:
         _grad._sum_in_place(inter, chunk.own_region)
         for j, a, b, acc, _ in chunk.own:
-            _write_back(g[j][a:b], acc, scale, pre)
+            _write_back(dst[j][a:b], acc, scale, pre)
 
 
 def _write_back(dst, total, scale, pre):

@@ -124,3 +124,25 @@ def test_switch_off_with_environment(monkeypatch):
 def test_rejects_tiny_chunk():
     with pytest.raises(ValueError, match=_shm_reduce.SHM_CHUNK_ENV):
         _reducer(8)
+
+
+@pytest.mark.parametrize('chunk_bytes', [64, 4096])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float16])
+def test_mean_into_out_leaves_inputs_alone(chunk_bytes, dtype):
+    src = _arrays(COMM.Get_rank() + 5, dtype)
+    keep = [a.copy() for a in src]
+    flat = numpy.full(sum(a.size for a in src), numpy.nan, dtype=dtype)
+    out, o = [], 0
+    for a in src:
+        out.append(flat[o:o + a.size])
+        o += a.size
+    r = _reducer(chunk_bytes)
+    r.mean(src, out=out)
+    for a, k in zip(src, keep):
+        assert numpy.array_equal(a, k)
+    in_place = [a.copy() for a in src]
+    r.mean(in_place)
+    for got, want in zip(out, in_place):
+        assert numpy.array_equal(got, want.reshape(-1))
+    with pytest.raises(ValueError, match='same size'):
+        r.mean(src, out=out[:-1])

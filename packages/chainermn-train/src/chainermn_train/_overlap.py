@@ -9,13 +9,23 @@ form buckets of about ``bucket_bytes``.
 During ``backward`` a :class:`chainer.FunctionHook` counts consumers down in
 ``backward_postprocess``.  When a parameter's last consumer has run, its gradient is read
 from the list Chainer accumulates it in (the caller's ``in_grad``; Chainer 7.8.1 writes
-``param.grad`` only at the very end), summed the way Chainer sums it, and copied into the
-parameter's place in one flat buffer.  A full bucket is handed to a background thread,
-which averages it over all ranks (node-shared memory or MPI, as ``multi_node_mean_grad``)
-while backward goes on.  Buckets are averaged in index order on every rank, so the
-collectives always match.  After ``backward``, parameters that got no gradient take part
-with zeros, the last buckets are averaged, and every ``param.grad`` becomes a view of the
-flat buffer: no unpack.
+``param.grad`` only at the very end) and summed the way Chainer sums it.  A complete bucket
+is averaged over all ranks (node-shared memory or MPI, as ``multi_node_mean_grad``): while
+backward goes on, by a background thread (``CHAINERMN_OVERLAP_MODE=thread``) or inline in
+the hook (``inline``), or after backward, in one pass (``end``: then ``run_backward`` is
+exactly ``backward`` plus ``multi_node_mean_grad``, in place).  The default is a
+thread when the node has at least two cores per rank, else ``end``: with one core per rank
+nothing can hide the average, a second busy thread steals time from backward and averaging
+inside backward makes the ranks wait for each other at every bucket.  Buckets are averaged
+in index order on every rank, so the collectives always match.  Graphs that send or receive
+between ranks in backward are not averaged inline, so that no collective waits for a rank
+that waits for a send.
+
+The average reads Chainer's gradient arrays (never writes them: Chainer may share one
+array between variables) and writes into the parameters' places in one flat buffer, at the
+cost of an in-place average: no pack and no unpack.  After ``backward``, parameters that
+got no gradient take part with zeros, the last buckets are averaged, and every
+``param.grad`` becomes a view of the flat buffer.
 
 Within a node (and across two nodes) each element is summed in the same rank order as on
 the plain path, so the result has the same bits as ``backward`` followed by
@@ -35,11 +45,29 @@ from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 from chainermn_comm._errors import CommunicationError
 
-__all__ = ['BackwardOverlap', 'BUCKET_ENV', 'DEFAULT_BUCKET_BYTES']
+__all__ = ['BackwardOverlap', 'BUCKET_ENV', 'DEFAULT_BUCKET_BYTES', 'MODE_ENV', 'MODES']
 
 #: Bytes of gradient per bucket that the background thread averages at once.
 BUCKET_ENV = 'CHAINERMN_OVERLAP_BUCKET_BYTES'
 DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
+#: When buckets are averaged: ``thread`` (a background thread, while backward runs),
+#: ``inline`` (in backward itself, as each bucket completes) or ``end`` (after backward, in
+#: one pass).  Default: ``thread`` when the node has at least two cores per rank, else ``end``.
+MODE_ENV = 'CHAINERMN_OVERLAP_MODE'
+MODES = ('thread', 'inline', 'end')
+
+
+def _pick_mode(ranks_on_node):
+    """Return when buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV)."""
+    value = os.environ.get(MODE_ENV, '').strip().lower()
+    if value in MODES:
+        return value
+    if value:
+        raise ValueError('{}={!r}: use one of {}'.format(MODE_ENV, value, ', '.join(MODES)))
+    # With one core per rank nothing can hide the average: a second busy thread (MPI polls
+    # while it waits) steals time from backward, and averaging inside backward makes the
+    # ranks wait for each other at every bucket.  One pass at the end never costs more.
+    return 'thread' if (os.cpu_count() or 1) >= 2 * ranks_on_node else 'end'
 
 
 def _backprop_frame_code():
@@ -69,9 +97,11 @@ class BackwardOverlap:
         self.link = link
         self.bucket_bytes = bucket_bytes
         self._mpi_comm = communicator.mpi_comm.Dup()
+        topology = _topology.detect_topology(self._mpi_comm)
         self._reducer = _shm_reduce.NodeReducer(
-            self._mpi_comm, _topology.detect_topology(self._mpi_comm),
-            _grad.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
+            self._mpi_comm, topology, _grad.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
+        #: When buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
+        self.mode = _pick_mode(topology.intra_size)
         self._layout = None
         self._code = _backprop_frame_code()
         #: Parameters whose gradient was averaged while backward was still running, last call.
@@ -81,14 +111,18 @@ class BackwardOverlap:
         """Run ``loss.backward(**backward_kwargs)`` and average the gradients across ranks."""
         params = [p for _, p in sorted(self.link.namedparams(), key=lambda kv: kv[0])
                   if p.array is not None]
-        dtype = self._flat_dtype(params)
-        if dtype is None:
+        dtype = None if self.mode == 'end' else self._flat_dtype(params)
+        if dtype is None:  # one pass after backward: exactly multi_node_mean_grad, in place
             loss.backward(**backward_kwargs)
             self.communicator.multi_node_mean_grad(self.link, zero_fill=True)
             self.early_params = 0
             return
         index = {id(p.node): i for i, p in enumerate(params)}
-        consumers, count, order = _consumers(loss, index, len(params))
+        consumers, count, order, communicates = _consumers(loss, index, len(params))
+        if communicates and self.mode == 'inline':
+            # The graph sends or receives between ranks in backward: a collective started
+            # inside backward could wait for a rank that waits for this rank's send.
+            consumers = {}
         layout = self._layout_for(params, order, dtype)
         guard = getattr(self.communicator, '_guard', None)
         sig = (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),)
@@ -139,7 +173,7 @@ class BackwardOverlap:
 
     def _run(self, loss, backward_kwargs, params, layout, index, consumers, count):
         self._check_same_layout(layout)
-        run = _Run(layout, self._reducer)
+        run = _Run(layout, self._reducer, self.mode)
         hook = _FinalGradHook(index, consumers, count, run.on_final, self._code)
         run.start()
         try:
@@ -167,20 +201,21 @@ class _Layout:
         self.shapes = [p.array.shape for p in params]
         self.offset = [0] * len(params)
         self.bucket_of = [0] * len(params)
-        self.buckets = []  # (start, stop, number of parameters)
-        pos, start, members = 0, 0, 0
+        self.buckets = []  # parameter indices of each bucket, in flat-buffer order
+        pos, start, members = 0, 0, []
         for i in order:
             self.offset[i] = pos
             self.bucket_of[i] = len(self.buckets)
             pos += sizes[i]
-            members += 1
+            members.append(i)
             if (pos - start) * dtype.itemsize >= bucket_bytes:
-                self.buckets.append((start, pos, members))
-                start, members = pos, 0
+                self.buckets.append(members)
+                start, members = pos, []
         if members:
-            self.buckets.append((start, pos, members))
+            self.buckets.append(members)
         self.sizes = sizes
         self.flat = numpy.empty(pos, dtype=dtype)
+        self.flat_views = [self.flat[o:o + n] for o, n in zip(self.offset, sizes)]
 
     def view(self, i):
         o = self.offset[i]
@@ -190,45 +225,67 @@ class _Layout:
 class _Run:
     """One call: fill buckets from the main thread, average them in a background thread."""
 
-    def __init__(self, layout, reducer):
+    def __init__(self, layout, reducer, mode):
         self.layout = layout
         self.reducer = reducer
+        self.mode = mode
+        self.threaded = mode == 'thread'
+        self.next_bucket = 0  # inline: the next bucket to average (index order on every rank)
         self.done = [False] * len(layout.sizes)
+        self.grads = [None] * len(layout.sizes)  # each parameter's final gradient, flat
         self.filled = 0
-        self.pending = [n for _, _, n in layout.buckets]
+        self.pending = [len(members) for members in layout.buckets]
         self.ready = [threading.Event() for _ in layout.buckets]
         self.aborted = False
         self.error = None
         self.thread = threading.Thread(target=self._work, name='chainermn-overlap', daemon=True)
 
     def start(self):
-        self.thread.start()
+        if self.threaded:
+            self.thread.start()
 
     def on_final(self, i, grad):
-        """Copy parameter ``i``'s final gradient (None: zeros) into its place; release its bucket."""
+        """Take parameter ``i``'s final gradient (None: zeros); average its bucket once complete.
+
+        The gradient is only read, never written: Chainer may hand the same array to other
+        variables (e.g. both inputs of an addition), so the average goes to the flat buffer.
+        """
         if self.done[i]:
             return
-        lay = self.layout
-        o = lay.offset[i]
-        dst = lay.flat[o:o + lay.sizes[i]]
         if grad is None:
-            dst[...] = 0
-        else:
-            numpy.copyto(dst, numpy.asarray(grad).reshape(-1))
+            grad = numpy.zeros(self.layout.sizes[i], dtype=self.layout.flat.dtype)
+        self.grads[i] = numpy.asarray(grad).reshape(-1)
         self.done[i] = True
         self.filled += 1
-        b = lay.bucket_of[i]
+        b = self.layout.bucket_of[i]
         self.pending[b] -= 1
         if self.pending[b] == 0:
             self.ready[b].set()
+            if self.mode == 'inline':
+                self._drain()
+
+    def _average(self, first, last=None):
+        """Average buckets ``first`` to ``last`` (default: just ``first``) in one pass."""
+        members = [i for b in range(first, (first if last is None else last) + 1)
+                   for i in self.layout.buckets[b]]
+        self.reducer.mean([self.grads[i] for i in members],
+                          out=[self.layout.flat_views[i] for i in members])
+        for i in members:
+            self.grads[i] = None
+
+    def _drain(self):
+        """Average, in this thread, every complete bucket next in index order."""
+        while self.next_bucket < len(self.layout.buckets) and self.ready[self.next_bucket].is_set():
+            self.next_bucket += 1
+            self._average(self.next_bucket - 1)
 
     def _work(self):
         try:
-            for (start, stop, _), ev in zip(self.layout.buckets, self.ready):
+            for b, ev in enumerate(self.ready):
                 ev.wait()
                 if self.aborted:
                     return
-                self.reducer.mean([self.layout.flat[start:stop]])
+                self._average(b)
         except BaseException as e:  # reported by join() in the main thread
             self.error = e
 
@@ -237,9 +294,16 @@ class _Run:
         self.aborted = True
         for ev in self.ready:
             ev.set()
-        self.thread.join()
+        if self.threaded:
+            self.thread.join()
 
     def join(self):
+        if not self.threaded:
+            # Every bucket is complete now: average what is left in one pass.
+            if self.next_bucket < len(self.layout.buckets):
+                self._average(self.next_bucket, len(self.layout.buckets) - 1)
+                self.next_bucket = len(self.layout.buckets)
+            return
         self.thread.join()
         if self.error is not None:
             raise self.error
@@ -248,12 +312,15 @@ class _Run:
 def _consumers(loss, index, n):
     """Walk the graph from ``loss``: consumers per function, count and finishing order per parameter.
 
-    Returns ``({id(function): parameter indices}, [consumers per parameter], order)`` where
-    ``order`` lists parameter indices by when their gradient becomes final in backward.
+    Returns ``({id(function): parameter indices}, [consumers per parameter], order,
+    communicates)`` where ``order`` lists parameter indices by when their gradient becomes
+    final in backward and ``communicates`` tells whether a chainermn function (send, recv,
+    collectives) is in the graph.
     """
     per_func = {}
     count = [0] * n
     last_rank = [None] * n
+    communicates = False
     seen = set()
     stack = [loss.creator_node]
     while stack:
@@ -261,6 +328,7 @@ def _consumers(loss, index, n):
         if f is None or id(f) in seen:
             continue
         seen.add(id(f))
+        communicates = communicates or type(f).__module__.startswith('chainermn_links')
         hits = set()
         for x in f.inputs:
             i = index.get(id(x))
@@ -276,7 +344,7 @@ def _consumers(loss, index, n):
                     last_rank[i] = f.rank
     # Highest last-consumer rank finishes first; unused parameters go last.
     order = sorted(range(n), key=lambda i: (last_rank[i] is None, -(last_rank[i] or 0), i))
-    return per_func, count, order
+    return per_func, count, order, communicates
 
 
 def _hook_base():

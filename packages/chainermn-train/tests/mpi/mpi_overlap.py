@@ -101,8 +101,9 @@ def test_gradients_are_averaged_during_backward():
     x = numpy.ones((4, 6), numpy.float32)
     ov.run_backward(F.sum(model(x) ** 2))
     if comm.size > 1:
-        # l1 and l2 (4 parameters) are used: their buckets start during backward.
-        assert ov.early_params == 4
+        # l1 and l2 (4 parameters) are used: their buckets start during backward, unless
+        # the mode asks for one pass after backward.
+        assert ov.early_params == (0 if ov.mode == 'end' else 4)
     ov.free()
 
 
@@ -129,11 +130,13 @@ def test_bucket_is_reduced_before_backward_finishes():
     model = Net()
     comm.bcast_data(model)
     ov = BackwardOverlap(comm, model, bucket_bytes=1)
+    if ov.mode == 'end':
+        pytest.skip('mode end averages after backward')
     event, seen, calls = threading.Event(), [], []
     real_mean = ov._reducer.mean
 
-    def mean(arrays, dtype=None):
-        real_mean(arrays, dtype=dtype)
+    def mean(arrays, dtype=None, out=None):
+        real_mean(arrays, dtype=dtype, out=out)
         calls.append(threading.current_thread().name)
         event.set()
 
@@ -144,7 +147,8 @@ def test_bucket_is_reduced_before_backward_finishes():
     model.cleargrads()
     ov.run_backward(loss)
     assert seen == [True], 'no bucket was averaged while backward was running'
-    assert calls and all(name == 'chainermn-overlap' for name in calls)
+    want = 'chainermn-overlap' if ov.mode == 'thread' else threading.main_thread().name
+    assert calls and all(name == want for name in calls)
     ov.free()
 
 
@@ -155,6 +159,8 @@ def test_different_graphs_raise_on_every_rank():
     model = Net()
     comm.bcast_data(model)
     ov = BackwardOverlap(comm, model)
+    if ov.mode == 'end':
+        pytest.skip('mode end is the plain path: no buckets to match')
     x = numpy.ones((4, 6), numpy.float32)
     h = model(x)
     if comm.rank == 0:
@@ -164,4 +170,52 @@ def test_different_graphs_raise_on_every_rank():
     model.cleargrads()
     with pytest.raises(chainermn_comm.CommunicationError, match='different graphs'):
         ov.run_backward(F.sum(h ** 2))
+    ov.free()
+
+
+def test_mode_switch(monkeypatch):
+    from chainermn_train import _overlap
+    for mode in _overlap.MODES:
+        monkeypatch.setenv(_overlap.MODE_ENV, mode)
+        assert _overlap._pick_mode(64) == mode
+    monkeypatch.setenv(_overlap.MODE_ENV, 'yes')
+    with pytest.raises(ValueError, match=_overlap.MODE_ENV):
+        _overlap._pick_mode(1)
+    monkeypatch.delenv(_overlap.MODE_ENV)
+    import os
+    cores = os.cpu_count() or 1
+    assert _overlap._pick_mode(1) == ('thread' if cores >= 2 else 'end')
+    assert _overlap._pick_mode(cores) == 'end'
+
+
+def test_graph_with_collectives_in_backward():
+    """MultiNodeBatchNormalization all-reduces in backward: no deadlock, same bits as plain."""
+    from chainermn_links.links import MultiNodeBatchNormalization
+
+    class BNNet(chainer.Chain):
+        def __init__(self, comm):
+            super().__init__()
+            with self.init_scope():
+                self.l1 = L.Linear(6, 5)
+                self.bn = MultiNodeBatchNormalization(5, comm)
+                self.l2 = L.Linear(5, 3)
+
+        def __call__(self, x):
+            return self.l2(F.relu(self.bn(self.l1(x))))
+
+    comm = chainermn_comm.create_communicator('naive')
+    a = BNNet(comm)
+    comm.bcast_data(a)
+    b = a.copy(mode='copy')
+    x = numpy.random.RandomState(comm.rank).standard_normal((4, 6)).astype(numpy.float32)
+    a.cleargrads()
+    F.sum(a(x) ** 2).backward()
+    comm.multi_node_mean_grad(a)
+    ov = BackwardOverlap(comm, b, bucket_bytes=1)
+    b.cleargrads()
+    ov.run_backward(F.sum(b(x) ** 2))
+    for (n, pa), (_, pb) in zip(sorted(a.namedparams()), sorted(b.namedparams())):
+        assert numpy.array_equal(pa.grad, pb.grad), n
+    if comm.size > 1 and ov.mode == 'inline':
+        assert ov.early_params == 0  # averaged after backward
     ov.free()
