@@ -13,11 +13,11 @@ import threading
 
 import numpy
 
+from chainermn_comm import _grad
 from chainermn_train import _params
 
 __all__ = ['DoubleBufferingReducer', 'check_double_buffering_support']
 
-_CHUNK_BYTES = 4 * 1024 * 1024
 _SUPPORTED = ('naive', 'flat (and every MPI-based communicator) when MPI provides MPI_THREAD_MULTIPLE',
               'pure_nccl')
 
@@ -89,7 +89,7 @@ class DoubleBufferingReducer:
         self._communicator = communicator
         self._zero_fill = zero_fill
         self._mpi_comm = communicator.mpi_comm.Dup()
-        self._size = self._mpi_comm.Get_size()
+        self._reducer = _grad.ChunkedReducer(self._mpi_comm)
         self._red_dtype = getattr(communicator, 'allreduce_grad_dtype', None)
         self._sig = None
         self._ready = None      # buffers holding averaged gradients of the previous iteration
@@ -119,18 +119,7 @@ class DoubleBufferingReducer:
         return _Buffers(layout, red)
 
     def _reduce(self, bufs):
-        from mpi4py import MPI
-        if self._size == 1:
-            return
-        flat = bufs.flat
-        pre = flat.dtype.itemsize == 2
-        if pre:
-            flat *= flat.dtype.type(1.0 / self._size)
-        step = max(1, _CHUNK_BYTES // flat.dtype.itemsize)
-        for start in range(0, flat.size, step):
-            self._mpi_comm.Allreduce(MPI.IN_PLACE, flat[start:start + step], MPI.SUM)
-        if not pre:
-            flat *= flat.dtype.type(1.0 / self._size)
+        self._reducer.mean([bufs.flat])
 
     def _run(self, bufs):
         try:
