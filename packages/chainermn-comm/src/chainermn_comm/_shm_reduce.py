@@ -159,7 +159,7 @@ class NodeReducer:
         sync = state.sync
         _stage(plan[0], src, scale, pre)
         sync()
-        scratch = state.scratch(red_dtype, self.chunk_bytes)
+        scratch = state.scratch(red_dtype)
         for k, chunk in enumerate(plan):
             _reduce_own(chunk, src, dst, scale, pre, state.inter, scratch)
             if k + 1 < len(plan):
@@ -178,7 +178,8 @@ class _Shared:
         self.inter = comm.Split(topo.intra_rank, comm.Get_rank()) if topo.inter_size > 1 else None
         self.local_rank = self.local.Get_rank()
         self.local_size = self.local.Get_size()
-        self._scratch = None
+        # Room for one share of one chunk (the window holds two chunks per rank).
+        self._scratch = numpy.empty(nbytes // 2 // self.local_size + 64, dtype=numpy.uint8)
         try:
             self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.local)
         except MPI.Exception as e:
@@ -192,12 +193,10 @@ class _Shared:
             self.segments.append(numpy.frombuffer(buf, dtype=numpy.uint8, count=nbytes))
         self.win.Lock_all()
 
-    def scratch(self, dtype, chunk_bytes):
+    def scratch(self, dtype):
         """Return a private buffer as large as one share of a chunk, viewed as ``dtype``."""
-        need = chunk_bytes // self.local_size + 64
-        if self._scratch is None or self._scratch.size < need:
-            self._scratch = numpy.empty(need, dtype=numpy.uint8)
-        return self._scratch[:need // dtype.itemsize * dtype.itemsize].view(dtype)
+        n = self._scratch.size // dtype.itemsize * dtype.itemsize
+        return self._scratch[:n].view(dtype)
 
     def views(self, dtype):
         """Return every local rank's segment viewed as ``dtype``."""

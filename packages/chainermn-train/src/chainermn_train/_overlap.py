@@ -38,7 +38,9 @@ import sys
 import threading
 import zlib
 
+import chainer
 import numpy
+from chainer import _backprop_utils
 
 from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
@@ -125,7 +127,10 @@ class BackwardOverlap:
             consumers = {}
         layout = self._layout_for(params, order, dtype)
         guard = getattr(self.communicator, '_guard', None)
-        sig = (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),)
+
+        def sig():
+            return (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),)
+
         if guard is None:
             self._run(loss, backward_kwargs, params, layout, index, consumers, count)
         else:
@@ -218,8 +223,7 @@ class _Layout:
         self.flat_views = [self.flat[o:o + n] for o, n in zip(self.offset, sizes)]
 
     def view(self, i):
-        o = self.offset[i]
-        return self.flat[o:o + self.sizes[i]].reshape(self.shapes[i])
+        return self.flat_views[i].reshape(self.shapes[i])
 
 
 class _Run:
@@ -347,12 +351,7 @@ def _consumers(loss, index, n):
     return per_func, count, order, communicates
 
 
-def _hook_base():
-    import chainer
-    return chainer.FunctionHook
-
-
-class _FinalGradHook(_hook_base()):
+class _FinalGradHook(chainer.FunctionHook):
     """Report each parameter's gradient as soon as its last consumer's backward has run."""
 
     name = 'chainermn_overlap'
@@ -381,7 +380,6 @@ class _FinalGradHook(_hook_base()):
         in_grad = frame.f_locals.get('in_grad')
         if in_grad is None:
             return
-        from chainer import _backprop_utils
         for x in function.inputs:
             i = self._index.get(id(x))
             if i not in final or x not in in_grad:
