@@ -33,6 +33,7 @@ import numpy  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import models  # noqa: E402
+import probe  # noqa: E402
 
 CHUNK = 4 * 1024 * 1024
 
@@ -132,6 +133,7 @@ def run(args):
                        'chunk_bytes_floor': CHUNK, 'numpy': numpy.__version__,
                        'chunk_bytes_env': os.environ.get('CHAINERMN_CHUNK_BYTES')},
               'models': {}}
+    result['meta']['cross_core_read_before'] = probe.cross_core_read(comm)
     for model in args.models.split(','):
         shapes = models.param_shapes(model, args.size)
         link = models.make_link(shapes, seed=comm.Get_rank())
@@ -164,6 +166,7 @@ def run(args):
                 'busbw_GBps': algbw * 2 * (size - 1) / size if size > 1 else 0.0}
         result['models'][model] = entry
         del link, cont
+    result['meta']['cross_core_read_after'] = probe.cross_core_read(comm)
     if comm.Get_rank() == 0:
         with open(args.out, 'w') as f:
             json.dump(result, f, indent=1)

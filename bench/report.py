@@ -51,8 +51,26 @@ def merge(ours, peer):
     return out
 
 
+def _state(meta):
+    """Describe the cross-core read probe of one job (see probe.py)."""
+    parts = []
+    for when in ('before', 'after'):
+        p = (meta or {}).get('cross_core_read_' + when)
+        if p:
+            parts.append('{} {:.0f} us vs {:.0f} us local (x{:.2f})'.format(
+                when, p['hot_us'], p['local_us'], p['ratio']))
+    return '; '.join(parts)
+
+
 def _fmt(result):
     lines = []
+    state = _state(result['meta'].get('ours'))
+    if state:
+        lines.append('machine state: reading {} KiB another core just wrote: {}'.format(
+            result['meta']['ours']['cross_core_read_before']['bytes'] // 1024
+            if result['meta']['ours'].get('cross_core_read_before') else '?', state))
+        lines.append('  (x1.0-1.3: the usual state; x1.5 and more: the slow cross-core state, '
+                     'in which the shared-memory average runs ~1.5x the MPI floor)')
     for model, e in result['models'].items():
         lines.append('== {}: {} arrays, {:.1f} MB'.format(model, e['arrays'], e['bytes'] / 1e6))
         lines.append('  {:<40s} {:>10s} {:>10s} {:>9s} {:>9s}'.format(

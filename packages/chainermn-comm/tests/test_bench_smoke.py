@@ -25,6 +25,10 @@ def test_bench_run_tiny(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     data = json.loads(out.read_text())
     assert data['meta']['ours']['n'] == 2 and data['meta']['peer']['mode'] == 'peer'
+    for when in ('before', 'after'):  # the machine-state probe: two ranks share this node
+        p = data['meta']['ours']['cross_core_read_' + when]
+        assert p['hot_us'] > 0 and p['local_us'] > 0 and p['ratio'] == p['hot_us'] / p['local_us']
+    assert 'machine state: reading 512 KiB another core just wrote' in res.stdout
     assert data['meta']['peer']['peer_module'].endswith(os.path.join('site-packages', 'chainermn',
                                                                       '__init__.py'))
     for model in ('resnet50', 'mlp'):
