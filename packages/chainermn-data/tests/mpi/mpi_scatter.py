@@ -5,7 +5,7 @@ import threading
 
 import numpy
 import pytest
-from chainer.datasets import DictDataset, SubDataset, TupleDataset
+from chainer.datasets import DictDataset, SubDataset, TransformDataset, TupleDataset
 from mpi4py import MPI
 
 import chainermn_comm
@@ -221,6 +221,10 @@ def test_bad_seed_everywhere():
 
 def test_create_empty_dataset():
     e = create_empty_dataset(TupleDataset(numpy.zeros(7), numpy.ones(7)))
-    assert len(e) == 7 and all(x is None for x in e)
+    assert isinstance(e, TransformDataset)  # the documented return type
+    assert len(e) == 7 and list(e) == [None] * 7
+    assert e[-1] is None and e[2:5] == [None] * 3 and e[[0, 6]] == [None, None]
+    with pytest.raises(IndexError):
+        e[7]
     part = chainermn_data.scatter_dataset(create_empty_dataset(list(range(9))), comm)
     assert len(part) == math.ceil(9 / SIZE) and all(part[i] is None for i in range(len(part)))
