@@ -7,6 +7,6 @@ from chainermn_data import datasets as _impl
 from chainermn_data import scatter_dataset
 from chainermn_data.datasets import *  # noqa: F401,F403
 
-from chainermn._reexport import public_names
+from chainermn import _reexport
 
-__all__ = sorted(set(public_names(_impl)) | {'scatter_dataset'})
+__all__ = sorted(set(_reexport.public_names(_impl)) | {'scatter_dataset'})

@@ -9,8 +9,8 @@ from chainermn_train import (create_multi_node_checkpoint, create_multi_node_che
 from chainermn_train import extensions as _impl
 from chainermn_train.extensions import *  # noqa: F401,F403
 
-from chainermn._reexport import public_names
+from chainermn import _reexport
 
-__all__ = sorted(set(public_names(_impl)) | {'create_multi_node_checkpoint',
+__all__ = sorted(set(_reexport.public_names(_impl)) | {'create_multi_node_checkpoint',
                                                'create_multi_node_checkpointer',
                                                'create_multi_node_evaluator'})

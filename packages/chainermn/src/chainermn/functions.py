@@ -7,6 +7,6 @@
 from chainermn_links import functions as _impl
 from chainermn_links.functions import *  # noqa: F401,F403
 
-from chainermn._reexport import public_names
+from chainermn import _reexport
 
-__all__ = public_names(_impl)
+__all__ = _reexport.public_names(_impl)

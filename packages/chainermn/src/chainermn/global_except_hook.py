@@ -7,6 +7,6 @@ imported; ``python -m mpi4py script.py`` does the same from outside.  Implemente
 from chainermn_comm import global_except_hook as _impl
 from chainermn_comm.global_except_hook import *  # noqa: F401,F403
 
-from chainermn._reexport import public_names
+from chainermn import _reexport
 
-__all__ = public_names(_impl)
+__all__ = _reexport.public_names(_impl)
