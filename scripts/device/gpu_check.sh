@@ -48,5 +48,9 @@ PY
         > "$out/bench_gpu_$c.json"
       echo "bench_gpu --comm $c exit status $?"; cat "$out/bench_gpu_$c.json"
     done
+    echo "== GPU overlap benchmark (1 rank, side-stream path forced)"
+    CHAINERMN_OVERLAP_MODE=stream timeout 300 mpiexec -n 1 "$py3" bench/overlap_gpu.py \
+      --out "$out/overlap_gpu.json"
+    echo "overlap_gpu exit status $?"
   fi
 } 2>&1 | tee "$log"

@@ -29,8 +29,11 @@ got no gradient take part with zeros, the last buckets are averaged, and every
 
 Within a node (and across two nodes) each element is summed in the same rank order as on
 the plain path, so the result has the same bits as ``backward`` followed by
-``multi_node_mean_grad``.  Where the gradients are not all host arrays of one dtype, or
-``allreduce_grad_dtype`` asks for another dtype, ``run_backward`` runs that plain path.
+``multi_node_mean_grad``.  CuPy gradients on a communicator that averages with one NCCL
+communicator (``pure_nccl``, ``single_node``) are averaged on a side CUDA stream instead
+(:mod:`chainermn_train._overlap_device`).  Where the gradients are neither, are not all of
+one dtype, or ``allreduce_grad_dtype`` asks for another dtype, ``run_backward`` runs the
+plain path.
 """
 
 import os
@@ -46,6 +49,7 @@ from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 from chainermn_comm._errors import CommunicationError
+from chainermn_train import _overlap_device
 
 __all__ = ['BackwardOverlap', 'BUCKET_ENV', 'DEFAULT_BUCKET_BYTES', 'MODE_ENV', 'MODES']
 
@@ -55,17 +59,25 @@ DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
 #: When buckets are averaged: ``thread`` (a background thread, while backward runs),
 #: ``inline`` (in backward itself, as each bucket completes) or ``end`` (after backward, in
 #: one pass).  Default: ``thread`` when the node has at least two cores per rank, else ``end``.
+#: CuPy gradients are always averaged on a side CUDA stream while backward runs, except with
+#: ``end``; ``stream`` asks for that also with a single rank (host gradients then take the
+#: default).
 MODE_ENV = 'CHAINERMN_OVERLAP_MODE'
-MODES = ('thread', 'inline', 'end')
+MODES = ('thread', 'inline', 'end', 'stream')
+
+
+def _mode_setting():
+    value = os.environ.get(MODE_ENV, '').strip().lower()
+    if value and value not in MODES:
+        raise ValueError('{}={!r}: use one of {}'.format(MODE_ENV, value, ', '.join(MODES)))
+    return value
 
 
 def _pick_mode(ranks_on_node):
-    """Return when buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV)."""
-    value = os.environ.get(MODE_ENV, '').strip().lower()
-    if value in MODES:
+    """Return when host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV)."""
+    value = _mode_setting()
+    if value in ('thread', 'inline', 'end'):
         return value
-    if value:
-        raise ValueError('{}={!r}: use one of {}'.format(MODE_ENV, value, ', '.join(MODES)))
     # With one core per rank nothing can hide the average: a second busy thread (MPI polls
     # while it waits) steals time from backward, and averaging inside backward makes the
     # ranks wait for each other at every bucket.  One pass at the end never costs more.
@@ -102,8 +114,9 @@ class BackwardOverlap:
         topology = _topology.detect_topology(self._mpi_comm)
         self._reducer = _shm_reduce.NodeReducer(
             self._mpi_comm, topology, _grad.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
-        #: When buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
+        #: When host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
         self.mode = _pick_mode(topology.intra_size)
+        self._stream = None  # the side CUDA stream of the device path, made on first use
         self._layout = None
         self._code = _backprop_frame_code()
         #: Parameters whose gradient was averaged while backward was still running, last call.
@@ -113,7 +126,11 @@ class BackwardOverlap:
         """Run ``loss.backward(**backward_kwargs)`` and average the gradients across ranks."""
         params = [p for _, p in sorted(self.link.namedparams(), key=lambda kv: kv[0])
                   if p.array is not None]
-        dtype = None if self.mode == 'end' else self._flat_dtype(params)
+        group = self._device_group(params)
+        if group is not None:
+            dtype = params[0].array.dtype
+        else:
+            dtype = None if self.mode == 'end' else self._flat_dtype(params)
         if dtype is None:  # one pass after backward: exactly multi_node_mean_grad, in place
             loss.backward(**backward_kwargs)
             self.communicator.multi_node_mean_grad(self.link, zero_fill=True)
@@ -121,21 +138,26 @@ class BackwardOverlap:
             return
         index = {id(p.node): i for i, p in enumerate(params)}
         consumers, count, order, communicates = _consumers(loss, index, len(params))
-        if communicates and self.mode == 'inline':
+        if communicates and (self.mode == 'inline' or group is not None):
             # The graph sends or receives between ranks in backward: a collective started
             # inside backward could wait for a rank that waits for this rank's send.
             consumers = {}
-        layout = self._layout_for(params, order, dtype)
+        layout = self._layout_for(params, order, dtype, device=group is not None)
         guard = getattr(self.communicator, '_guard', None)
 
         def sig():
             return (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),)
 
+        if group is not None:
+            run = _overlap_device.DeviceRun(layout, group, 1.0 / self._mpi_comm.Get_size(),
+                                            self._side_stream())
+        else:
+            run = _Run(layout, self._reducer, self.mode)
         if guard is None:
-            self._run(loss, backward_kwargs, params, layout, index, consumers, count)
+            self._run(run, loss, backward_kwargs, params, layout, index, consumers, count)
         else:
             with guard('multi_node_mean_grad(overlap)', sig):
-                self._run(loss, backward_kwargs, params, layout, index, consumers, count)
+                self._run(run, loss, backward_kwargs, params, layout, index, consumers, count)
 
     def free(self):
         """Release the duplicated MPI communicator and its shared memory (collective)."""
@@ -145,6 +167,20 @@ class BackwardOverlap:
             self._mpi_comm = None
 
     # -- internals ----------------------------------------------------------------
+    def _device_group(self, params):
+        """Return the NCCL group for the side-stream path, or None for the host or plain path."""
+        setting = _mode_setting()
+        if setting == 'end' or (self._mpi_comm.Get_size() == 1 and setting != 'stream'):
+            return None
+        return _overlap_device.device_group(self.communicator, params)
+
+    def _side_stream(self):
+        if self._stream is None:
+            import cupy
+            # Non-blocking: the legacy default stream Chainer computes on must not wait for it.
+            self._stream = cupy.cuda.Stream(non_blocking=True)
+        return self._stream
+
     def _flat_dtype(self, params):
         if self._mpi_comm.Get_size() == 1 or not params:
             return None
@@ -159,10 +195,12 @@ class BackwardOverlap:
             return None
         return dtype
 
-    def _layout_for(self, params, order, dtype):
+    def _layout_for(self, params, order, dtype, device=False):
         key = (dtype.str, tuple(order), tuple(p.array.shape for p in params))
+        if device:
+            key += ('device', getattr(getattr(params[0].array, 'device', None), 'id', None))
         if self._layout is None or self._layout.key != key:
-            self._layout = _Layout(key, params, order, dtype, self.bucket_bytes)
+            self._layout = _Layout(key, params, order, dtype, self.bucket_bytes, device=device)
         return self._layout
 
     def _check_same_layout(self, layout):
@@ -176,9 +214,8 @@ class BackwardOverlap:
                 'use overlap=False for models whose graph depends on the data'.format(
                     self._mpi_comm.Get_rank(), layout.crc))
 
-    def _run(self, loss, backward_kwargs, params, layout, index, consumers, count):
+    def _run(self, run, loss, backward_kwargs, params, layout, index, consumers, count):
         self._check_same_layout(layout)
-        run = _Run(layout, self._reducer, self.mode)
         hook = _FinalGradHook(index, consumers, count, run.on_final, self._code)
         run.start()
         try:
@@ -199,7 +236,7 @@ class BackwardOverlap:
 class _Layout:
     """Where each parameter's gradient lives in the flat buffer, and the buckets."""
 
-    def __init__(self, key, params, order, dtype, bucket_bytes):
+    def __init__(self, key, params, order, dtype, bucket_bytes, device=False):
         self.key = key
         self.crc = zlib.crc32(repr(key).encode())
         sizes = [p.array.size for p in params]
@@ -219,11 +256,20 @@ class _Layout:
         if members:
             self.buckets.append(members)
         self.sizes = sizes
-        self.flat = numpy.empty(pos, dtype=dtype)
+        if device:
+            import cupy
+            self.flat = cupy.empty(pos, dtype=dtype)
+        else:
+            self.flat = numpy.empty(pos, dtype=dtype)
         self.flat_views = [self.flat[o:o + n] for o, n in zip(self.offset, sizes)]
 
     def view(self, i):
         return self.flat_views[i].reshape(self.shapes[i])
+
+    def bucket_span(self, b):
+        """Return (start, stop) of bucket ``b`` in the flat buffer (its members are consecutive)."""
+        members = self.buckets[b]
+        return self.offset[members[0]], self.offset[members[-1]] + self.sizes[members[-1]]
 
 
 class _Run:

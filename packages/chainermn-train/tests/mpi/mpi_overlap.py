@@ -175,9 +175,11 @@ def test_different_graphs_raise_on_every_rank():
 
 def test_mode_switch(monkeypatch):
     from chainermn_train import _overlap
-    for mode in _overlap.MODES:
+    for mode in ('thread', 'inline', 'end'):
         monkeypatch.setenv(_overlap.MODE_ENV, mode)
         assert _overlap._pick_mode(64) == mode
+    monkeypatch.setenv(_overlap.MODE_ENV, 'stream')  # device gradients only: host takes the default
+    assert _overlap._pick_mode(64) == 'end'
     monkeypatch.setenv(_overlap.MODE_ENV, 'yes')
     with pytest.raises(ValueError, match=_overlap.MODE_ENV):
         _overlap._pick_mode(1)
@@ -186,6 +188,113 @@ def test_mode_switch(monkeypatch):
     cores = os.cpu_count() or 1
     assert _overlap._pick_mode(1) == ('thread' if cores >= 2 else 'end')
     assert _overlap._pick_mode(cores) == 'end'
+
+
+def test_host_gradients_never_take_the_device_path(monkeypatch):
+    from chainermn_train import _overlap, _overlap_device
+    comm = chainermn_comm.create_communicator('naive')
+    model = chainer.links.Linear(3, 2)
+    params = [p for _, p in sorted(model.namedparams())]
+    assert _overlap_device.device_group(comm, params) is None  # naive: no NCCL group
+    monkeypatch.setenv(_overlap.MODE_ENV, 'stream')
+    ov = _overlap.BackwardOverlap(comm, model)
+    assert ov._device_group(params) is None
+    x = numpy.ones((4, 3), numpy.float32)
+    model.cleargrads()
+    ov.run_backward(F.sum(model(x)) * (comm.rank + 1))  # host path (plain at one rank), averaged
+    assert numpy.array_equal(model.b.grad, numpy.full(2, 4.0 * (comm.size + 1) / 2, numpy.float32))
+    ov.free()
+
+
+class _HostCupy:
+    """Just enough of CuPy, on NumPy arrays, to run the side-stream path's logic on a CPU."""
+
+    def __init__(self):
+        import types
+        self.ndarray = numpy.ndarray
+        self.multiply = numpy.multiply
+        self.zeros = numpy.zeros
+        self.empty = numpy.empty
+        self.log = []
+        log = self.log
+
+        class Stream:
+            def __init__(self, name):
+                self.name = name
+
+            def wait_event(self, ev):
+                log.append(('wait', self.name, ev.stream))
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        class Event:
+            def __init__(self, block=False, disable_timing=True):
+                self.stream = None
+
+            def record(self, stream=None):
+                self.stream = stream.name
+
+        compute = Stream('compute')
+        self.side = Stream('side')
+        self.cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: compute)
+
+
+class _HostGroup:
+    """Stands in for NcclGroup: sums on the host, synchronously, and records the calls."""
+
+    def __init__(self, comm, log):
+        self.comm, self.log, self.size = comm, log, comm.size
+
+    def allreduce_async(self, buf, stream, op='sum', what=''):
+        from mpi4py import MPI
+        assert stream.name == 'side' and op == 'sum'
+        self.log.append(('allreduce', buf.size))
+        self.comm.mpi_comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)
+
+    def wait(self, stream, what):
+        self.log.append(('wait_host', stream.name))
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_side_stream_path_logic_on_host_arrays(monkeypatch, dtype):
+    """The device path's buckets, ordering, scaling and waits, with NumPy standing in for CuPy."""
+    import sys
+    from chainermn_train import _overlap, _overlap_device
+    comm = chainermn_comm.create_communicator('naive')
+    fake = _HostCupy()
+    monkeypatch.setitem(sys.modules, 'cupy', fake)
+    monkeypatch.setenv(_overlap.MODE_ENV, 'stream')
+    monkeypatch.setattr(_overlap_device, 'device_group', lambda c, p: _HostGroup(c, fake.log))
+    a, b, x = _pair(comm, dtype, 11)
+    a.cleargrads()
+    F.sum(a(x) ** 2).backward()
+    for p in a.params():  # the plain device path scales before it sums
+        if p.grad is not None:
+            p.grad = p.grad * (1.0 / comm.size)
+    sums = {n: comm.allreduce(p.grad) if p.grad is not None else None for n, p in a.namedparams()}
+    ov = BackwardOverlap(comm, b, bucket_bytes=1)  # one parameter per bucket
+    monkeypatch.setattr(ov, '_side_stream', lambda: fake.side)
+    for _ in range(2):
+        del fake.log[:]
+        b.cleargrads()
+        ov.run_backward(F.sum(b(x) ** 2))
+        for name, p in b.namedparams():
+            if sums[name] is None:
+                assert not p.grad.any(), name
+            else:
+                assert numpy.array_equal(p.grad, sums[name]), name
+            assert p.grad.base is ov._layout.flat or p.grad.base is ov._layout.flat.base, name
+        reduces = [e for e in fake.log if e[0] == 'allreduce']
+        assert len(reduces) == len(ov._layout.buckets) == 6
+        assert [n for _, n in reduces] == [ov._layout.bucket_span(k)[1] - ov._layout.bucket_span(k)[0]
+                                           for k in range(6)]
+        assert all(e == ('wait', 'side', 'compute') for e in fake.log if e[0] == 'wait')
+        assert fake.log[-1] == ('wait_host', 'side')  # the host waits once, after backward
+        assert ov.early_params == 4  # l1 and l2 during backward; the unused link after it
 
 
 def test_graph_with_collectives_in_backward():

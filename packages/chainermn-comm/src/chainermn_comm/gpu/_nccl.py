@@ -148,6 +148,20 @@ class NcclGroup:
         dt, red = _dtype_op(send, op)
         self._call(what, lambda c, s: c.allReduce(send.data.ptr, recv.data.ptr, send.size, dt, red, s))
 
+    def allreduce_async(self, buf, stream, op='sum', what='allreduce'):
+        """Queue an in-place all-reduce of contiguous ``buf`` on ``stream`` and return at once.
+
+        Call :meth:`wait` on ``stream`` before the result is used (it bounds the wait by the
+        watchdog timeout and turns NCCL errors into ``CommunicationError``).
+        """
+        from cupy.cuda import nccl
+        dt, red = _dtype_op(buf, op)
+        comm = self.get()
+        try:
+            comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dt, red, stream.ptr)
+        except nccl.NcclError as e:
+            self._fail(what, e)
+
     def reduce(self, send, recv, root, op='sum', what='reduce'):
         """Reduce ``send`` into ``recv`` on ``root`` (``recv`` is ignored elsewhere)."""
         dt, red = _dtype_op(send, op)
