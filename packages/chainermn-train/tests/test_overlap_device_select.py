@@ -73,3 +73,20 @@ def test_host_arrays_never_take_it(fake_cupy):
     p = _Param()
     p.array = numpy.zeros(3, numpy.float32)
     assert _overlap_device.device_group(_Comm(), [p]) is None
+
+
+def test_layout_checksum_ignores_the_device_id():
+    """Ranks compare layout checksums; each rank has its own GPU, so the id must not count."""
+    from chainermn_train import _overlap
+
+    class P:
+        def __init__(self, shape):
+            self.array = numpy.zeros(shape, numpy.float32)
+
+    params = [P((3, 2)), P((2,))]
+    base = ('<f4', (1, 0), ((3, 2), (2,)))
+    crcs = {_overlap._Layout(base + ('device', dev), params, [1, 0], numpy.dtype('float32'), 8).crc
+            for dev in (0, 1, 7)}
+    assert len(crcs) == 1
+    other = _overlap._Layout(('<f4', (0, 1), ((3, 2), (2,))), params, [0, 1], numpy.dtype('float32'), 8)
+    assert other.crc not in crcs  # a different order still differs
