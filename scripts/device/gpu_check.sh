@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool, carry .whl): GPU tests and GPU benchmarks, logs into $OUT.
+# On the GPU machine (device tool, carry .whl): GPU tests or GPU benchmarks, logs into $OUT.
 # The image has CuPy, NCCL and NumPy 2 but no Chainer and no MPI.  Its python3 is itself a venv,
 # so a nested venv would not see CuPy: the carried wheels go to a --prefix instead, put on
 # PYTHONPATH/PATH/LD_LIBRARY_PATH; our packages run from source (PYTHONPATH, ahead of the copy of
 # chainermn that Chainer bundles); scripts/device/sitecustomize.py lets Chainer import.
-# Usage: bash scripts/device/gpu_check.sh [pytest args...]   (default: every test marked gpu)
+# Usage: bash scripts/device/gpu_check.sh [tests [pytest args...] | bench]
+#   tests (default): every test marked gpu (or the given pytest args), at most ~9 minutes
+#   bench: bench_gpu (pure_nccl, flat) and bench/overlap_gpu.py at one rank, at most ~8 minutes
+# Each part fits one device call (10 minutes); run them as two calls.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${OUT:-$root/gpu-out}"; mkdir -p "$out"
 pfx="${GPU_PREFIX:-/tmp/chainermn-gpu}"
 py3="${GPU_PYTHON:-python3}"
-log="$out/gpu_check.log"
+part="${1:-tests}"; [ $# -gt 0 ] && shift
+case "$part" in tests|bench) ;; *) echo "gpu_check.sh: unknown part '$part' (tests or bench)" >&2; exit 2;; esac
+log="$out/gpu_check_$part.log"
 {
   echo "== machine"; nvidia-smi -L 2>&1 || true; "$py3" --version
   if [ ! -x "$pfx/bin/mpiexec" ]; then
@@ -37,20 +42,23 @@ print('numpy', numpy.__version__, 'mpi4py', mpi4py.__version__)
 print('MPI', MPI.Get_library_version().splitlines()[0])
 print('gpu support', _gpu_support.cupy_status())
 PY
-  echo "== GPU tests"
-  if [ $# -eq 0 ]; then set -- -m gpu packages/chainermn-comm/tests packages/chainermn-train/tests packages/chainermn-links/tests; fi
-  timeout 480 "$py3" -m pytest -p no:cacheprovider -ra -q --timeout 300 "$@"
-  echo "pytest exit status $?"
-  if "$py3" -c 'import cupy; cupy.cuda.runtime.getDeviceCount()' 2>/dev/null; then
-    echo "== GPU benchmark (1 rank, ResNet-50-sized gradients)"
+  if [ "$part" = tests ]; then
+    echo "== GPU tests"
+    if [ $# -eq 0 ]; then
+      set -- -m gpu packages/chainermn-comm/tests packages/chainermn-train/tests packages/chainermn-links/tests
+    fi
+    timeout 540 "$py3" -m pytest -p no:cacheprovider -ra -q --timeout 300 "$@"
+    echo "pytest exit status $?"
+  else
     for c in pure_nccl flat; do
-      timeout 300 mpiexec -n 1 "$py3" -m chainermn_comm.gpu.bench_gpu --comm "$c" --json \
+      echo "== bench_gpu --comm $c (1 rank, ResNet-50-sized gradients)"
+      timeout 150 mpiexec -n 1 "$py3" -m chainermn_comm.gpu.bench_gpu --comm "$c" --json \
         > "$out/bench_gpu_$c.json"
-      echo "bench_gpu --comm $c exit status $?"; cat "$out/bench_gpu_$c.json"
+      echo "exit status $?"; cat "$out/bench_gpu_$c.json"
     done
-    echo "== GPU overlap benchmark (1 rank, side-stream path forced)"
-    CHAINERMN_OVERLAP_MODE=stream timeout 300 mpiexec -n 1 "$py3" bench/overlap_gpu.py \
+    echo "== overlap_gpu (1 rank, side-stream path forced)"
+    CHAINERMN_OVERLAP_MODE=stream timeout 180 mpiexec -n 1 "$py3" bench/overlap_gpu.py \
       --out "$out/overlap_gpu.json"
-    echo "overlap_gpu exit status $?"
+    echo "exit status $?"
   fi
 } 2>&1 | tee "$log"
