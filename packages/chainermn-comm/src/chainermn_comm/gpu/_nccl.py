@@ -131,16 +131,19 @@ class NcclGroup:
         except (nccl.NcclError, TimeoutError) as e:
             self._fail(what, e)
 
-    def _call(self, what, fn, *args):
+    def _call(self, what, fn, stream=None, wait=True):
+        """Run ``fn(nccl_comm, stream_ptr)`` on ``stream`` (default: current), then wait unless told not to."""
         from cupy.cuda import nccl
         import cupy
         comm = self.get()
-        stream = cupy.cuda.get_current_stream()
+        if stream is None:
+            stream = cupy.cuda.get_current_stream()
         try:
-            fn(comm, stream.ptr, *args)
+            fn(comm, stream.ptr)
         except nccl.NcclError as e:
             self._fail(what, e)
-        self.wait(stream, what)
+        if wait:
+            self.wait(stream, what)
 
     # -- collectives on contiguous device arrays ------------------------------
     def allreduce(self, send, recv, op='sum', what='allreduce'):
@@ -154,13 +157,9 @@ class NcclGroup:
         Call :meth:`wait` on ``stream`` before the result is used (it bounds the wait by the
         watchdog timeout and turns NCCL errors into ``CommunicationError``).
         """
-        from cupy.cuda import nccl
         dt, red = _dtype_op(buf, op)
-        comm = self.get()
-        try:
-            comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dt, red, stream.ptr)
-        except nccl.NcclError as e:
-            self._fail(what, e)
+        self._call(what, lambda c, s: c.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dt, red, s),
+                   stream=stream, wait=False)
 
     def reduce(self, send, recv, root, op='sum', what='reduce'):
         """Reduce ``send`` into ``recv`` on ``root`` (``recv`` is ignored elsewhere)."""
