@@ -49,6 +49,7 @@ from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 from chainermn_comm._errors import CommunicationError
+from chainermn_train import _buckets
 from chainermn_train import _overlap_device
 
 __all__ = ['BackwardOverlap', 'BUCKET_ENV', 'DEFAULT_BUCKET_BYTES', 'MODE_ENV', 'MODES']
@@ -73,9 +74,10 @@ def _mode_setting():
     return value
 
 
-def _pick_mode(ranks_on_node):
+def _pick_mode(ranks_on_node, value=None):
     """Return when host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV)."""
-    value = _mode_setting()
+    if value is None:
+        value = _mode_setting()
     if value in ('thread', 'inline', 'end'):
         return value
     # With one core per rank nothing can hide the average: a second busy thread (MPI polls
@@ -115,7 +117,8 @@ class BackwardOverlap:
         self._reducer = _shm_reduce.NodeReducer(
             self._mpi_comm, topology, _grad.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
         #: When host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
-        self.mode = _pick_mode(topology.intra_size)
+        self._setting = _mode_setting()  # MODE_ENV as set (may be empty), read once
+        self.mode = _pick_mode(topology.intra_size, self._setting)
         self._stream = None  # the side CUDA stream of the device path, made on first use
         self._layout = None
         self._code = _backprop_frame_code()
@@ -169,7 +172,7 @@ class BackwardOverlap:
     # -- internals ----------------------------------------------------------------
     def _device_group(self, params):
         """Return the NCCL group for the side-stream path, or None for the host or plain path."""
-        setting = _mode_setting()
+        setting = self._setting
         if setting == 'end' or (self._mpi_comm.Get_size() == 1 and setting != 'stream'):
             return None
         return _overlap_device.device_group(self.communicator, params)
@@ -273,19 +276,14 @@ class _Layout:
         return self.offset[members[0]], self.offset[members[-1]] + self.sizes[members[-1]]
 
 
-class _Run:
+class _Run(_buckets.BucketFill):
     """One call: fill buckets from the main thread, average them in a background thread."""
 
     def __init__(self, layout, reducer, mode):
-        self.layout = layout
+        super().__init__(layout)
         self.reducer = reducer
         self.mode = mode
         self.threaded = mode == 'thread'
-        self.next_bucket = 0  # inline: the next bucket to average (index order on every rank)
-        self.done = [False] * len(layout.sizes)
-        self.grads = [None] * len(layout.sizes)  # each parameter's final gradient, flat
-        self.filled = 0
-        self.pending = [len(members) for members in layout.buckets]
         self.ready = [threading.Event() for _ in layout.buckets]
         self.aborted = False
         self.error = None
@@ -295,25 +293,15 @@ class _Run:
         if self.threaded:
             self.thread.start()
 
-    def on_final(self, i, grad):
-        """Take parameter ``i``'s final gradient (None: zeros); average its bucket once complete.
-
-        The gradient is only read, never written: Chainer may hand the same array to other
-        variables (e.g. both inputs of an addition), so the average goes to the flat buffer.
-        """
-        if self.done[i]:
-            return
+    def _take(self, i, grad):
         if grad is None:
             grad = numpy.zeros(self.layout.sizes[i], dtype=self.layout.flat.dtype)
-        self.grads[i] = numpy.asarray(grad).reshape(-1)
-        self.done[i] = True
-        self.filled += 1
-        b = self.layout.bucket_of[i]
-        self.pending[b] -= 1
-        if self.pending[b] == 0:
-            self.ready[b].set()
-            if self.mode == 'inline':
-                self._drain()
+        return numpy.asarray(grad).reshape(-1)
+
+    def _bucket_full(self, b):
+        self.ready[b].set()
+        if self.mode == 'inline':
+            self._take_in_order(self._average)
 
     def _average(self, first, last=None):
         """Average buckets ``first`` to ``last`` (default: just ``first``) in one pass."""
@@ -323,12 +311,6 @@ class _Run:
                           out=[self.layout.flat_views[i] for i in members])
         for i in members:
             self.grads[i] = None
-
-    def _drain(self):
-        """Average, in this thread, every complete bucket next in index order."""
-        while self.next_bucket < len(self.layout.buckets) and self.ready[self.next_bucket].is_set():
-            self.next_bucket += 1
-            self._average(self.next_bucket - 1)
 
     def _work(self):
         try:

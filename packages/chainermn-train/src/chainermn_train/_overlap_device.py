@@ -20,6 +20,8 @@ than the whole buffer (last-bit differences).
 
 import numpy
 
+from chainermn_train import _buckets
+
 __all__ = ['device_group', 'DeviceRun']
 
 
@@ -54,43 +56,28 @@ def device_group(communicator, params):
     return group
 
 
-class DeviceRun:
+class DeviceRun(_buckets.BucketFill):
     """One call: queue each complete bucket's scale and all-reduce on ``stream``; wait at the end."""
 
     def __init__(self, layout, group, scale, stream):
         import cupy
+        super().__init__(layout)
         self._cupy = cupy
-        self.layout = layout
         self.group = group
         self.scale = scale
         self.stream = stream
-        n = len(layout.sizes)
-        self.done = [False] * n
-        self.grads = [None] * n  # kept until the side stream has read them
-        self.filled = 0
-        self.pending = [len(members) for members in layout.buckets]
-        self.next_bucket = 0
 
     def start(self):
         """Nothing to start: buckets are queued from the hook, on the main thread."""
 
-    def on_final(self, i, grad):
-        """Take parameter ``i``'s final gradient (None: zeros); queue complete buckets in order."""
-        if self.done[i]:
-            return
+    def _take(self, i, grad):
+        # Kept referenced until the side stream has read it.
         if grad is None:
-            grad = self._cupy.zeros(self.layout.sizes[i], dtype=self.layout.flat.dtype)
-        self.grads[i] = grad
-        self.done[i] = True
-        self.filled += 1
-        self.pending[self.layout.bucket_of[i]] -= 1
-        self._launch_ready()
+            return self._cupy.zeros(self.layout.sizes[i], dtype=self.layout.flat.dtype)
+        return grad
 
-    def _launch_ready(self):
-        buckets = self.layout.buckets
-        while self.next_bucket < len(buckets) and self.pending[self.next_bucket] == 0:
-            self._launch(self.next_bucket)
-            self.next_bucket += 1
+    def _bucket_full(self, b):
+        self._take_in_order(self._launch)
 
     def _launch(self, b):
         cupy = self._cupy
@@ -107,7 +94,7 @@ class DeviceRun:
 
     def join(self):
         """Queue what is left, then wait (bounded) until every bucket is averaged."""
-        self._launch_ready()
+        self._take_in_order(self._launch)
         if self.next_bucket != len(self.layout.buckets):
             raise RuntimeError('overlap: {} of {} buckets never completed; a gradient was not '
                                'reported'.format(len(self.layout.buckets) - self.next_bucket,
