@@ -51,24 +51,21 @@ def merge(ours, peer):
     return out
 
 
-def _state(meta):
-    """Describe the cross-core read probe of one job (see probe.py)."""
-    parts = []
-    for when in ('before', 'after'):
-        p = (meta or {}).get('cross_core_read_' + when)
-        if p:
-            parts.append('{} {:.0f} us vs {:.0f} us local (x{:.2f})'.format(
-                when, p['hot_us'], p['local_us'], p['ratio']))
-    return '; '.join(parts)
+def _state(job, meta):
+    """Return the line describing one job's cross-core read probe (see probe.py), or None."""
+    probes = [(when, (meta or {}).get('cross_core_read_' + when)) for when in ('before', 'after')]
+    probes = [(when, p) for when, p in probes if p]
+    if not probes:
+        return None
+    return 'machine state: reading {} KiB another core just wrote: {} ({} job)'.format(
+        probes[0][1]['bytes'] // 1024, '; '.join(
+            '{} {:.0f} us vs {:.0f} us local (x{:.2f})'.format(when, p['hot_us'], p['local_us'], p['ratio'])
+            for when, p in probes), job)
 
 
 def _fmt(result):
-    lines = []
-    state = _state(result['meta'].get('ours'))
-    if state:
-        lines.append('machine state: reading {} KiB another core just wrote: {}'.format(
-            result['meta']['ours']['cross_core_read_before']['bytes'] // 1024
-            if result['meta']['ours'].get('cross_core_read_before') else '?', state))
+    lines = [line for line in (_state(job, result['meta'].get(job)) for job in ('ours', 'peer')) if line]
+    if lines:
         lines.append('  (x1.0-1.3: the usual state; x1.5 and more: the slow cross-core state, '
                      'in which the shared-memory average runs ~1.5x the MPI floor)')
     for model, e in result['models'].items():
