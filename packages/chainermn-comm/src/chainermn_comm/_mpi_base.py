@@ -23,19 +23,20 @@ _OBJ_OPS = {'sum': operator.add, 'max': max, 'min': min, 'prod': operator.mul}
 
 
 class ArrayMessage:
-    """Header sent before the bytes of ``send``: the shapes and dtypes that follow."""
+    """Header sent before the bytes of ``send``: the shapes and dtypes that follow, and which were on a GPU."""
 
-    __slots__ = ('specs', 'is_tuple')
+    __slots__ = ('specs', 'is_tuple', 'on_device')
 
-    def __init__(self, specs, is_tuple):
+    def __init__(self, specs, is_tuple, on_device=None):
         self.specs = specs
         self.is_tuple = is_tuple
+        self.on_device = list(on_device) if on_device is not None else [False] * len(specs)
 
     def __getstate__(self):
-        return (self.specs, self.is_tuple)
+        return (self.specs, self.is_tuple, self.on_device)
 
     def __setstate__(self, state):
-        self.specs, self.is_tuple = state
+        self.specs, self.is_tuple, self.on_device = state
 
 
 class _Fail:
@@ -170,6 +171,7 @@ class MpiCommunicatorBase(CommunicatorBase):
                 raise TypeError('rank {}: {} cannot send arrays of dtype {} (they hold Python objects, '
                                 'shape {}); send Python objects with send_obj, bcast_obj, gather_obj or allgather_obj'.format(
                                     self._rank, what, x.dtype, x.shape))
+            _arrays.check_current_device(x, what, self._rank)
             return _arrays.as_host(x)
         if isinstance(x, (int, float, complex, numpy.number, numpy.bool_)):
             return numpy.asarray(x)
@@ -183,7 +185,7 @@ class MpiCommunicatorBase(CommunicatorBase):
         is_tuple = isinstance(data, (tuple, list))
         items = list(data) if is_tuple else [data]
         hosts = [self._host_array(x, 'send') for x in items]
-        header = ArrayMessage([_spec(h) for h in hosts], is_tuple)
+        header = ArrayMessage([_spec(h) for h in hosts], is_tuple, [_arrays.is_device(x) for x in items])
         with self._guard('send', (), collective=False, dest=dest, tag=tag,
                          shapes=[h.shape for h in hosts]):
             self._pkl.send(header, dest=dest, tag=tag)
@@ -200,10 +202,10 @@ class MpiCommunicatorBase(CommunicatorBase):
         with self._guard('recv', (), collective=False, source=source, tag=tag):
             header = self._recv_header(source, tag)
             outs = []
-            for spec in header.specs:
+            for spec, on_device in zip(header.specs, header.on_device):
                 out = _empty(spec)
                 self._recv_bytes(_bytes(out), source, tag, spec)
-                outs.append(out)
+                outs.append(_arrays.to_device_if(out, on_device))
         if header.is_tuple:
             return tuple(outs)
         return outs[0]
@@ -262,7 +264,7 @@ class MpiCommunicatorBase(CommunicatorBase):
             if self._rank == root:
                 try:
                     host = self._host_array(data, 'bcast')
-                    header = _spec(host)
+                    header = (_spec(host), _arrays.is_device(data))
                 except TypeError as e:
                     host, header = None, _Fail(str(e))
             else:
@@ -270,12 +272,14 @@ class MpiCommunicatorBase(CommunicatorBase):
                 header = None
             header = self._mpi_comm.bcast(header, root=root)
             _raise_if_failed([header], self._rank, 'bcast from root {}'.format(root))
-            out = host if self._rank == root else _empty(header)
+            spec, on_device = header
+            out = host if self._rank == root else _empty(spec)
             piece = _MAX_PIECE if max_buf_len is None else min(int(max_buf_len), _MAX_PIECE)
             b = _bytes(out)
             for start in range(0, b.size, piece):
                 self._mpi_comm.Bcast(b[start:start + piece], root=root)
-        return _arrays.like(out, data if self._rank == root else None)
+        # Every rank returns the array type root sent (CuPy when root's data was on a GPU).
+        return _arrays.to_device_if(out, on_device)
 
     def gather(self, data, root=0):
         root = self._check_rank(root, 'root')
@@ -329,21 +333,21 @@ class MpiCommunicatorBase(CommunicatorBase):
                         raise TypeError('rank {}: scatter needs exactly {} items on root (one per rank); '
                                         'got {}'.format(self._rank, self._size, len(xs)))
                     hosts = [self._host_array(x, 'scatter') for x in xs]
-                    header = [_spec(h) for h in hosts]
+                    items = xs if isinstance(xs, (tuple, list)) else [xs]
+                    header = ([_spec(h) for h in hosts], bool(items) and all(_arrays.is_device(x) for x in items))
                 except TypeError as e:
                     header = _Fail(str(e))
             header = self._mpi_comm.bcast(header, root=root)
             _raise_if_failed([header], self._rank, 'scatter from root {}'.format(root))
-            out = _empty(header[self._rank])
+            specs, on_device = header
+            out = _empty(specs[self._rank])
             if self._rank == root:
                 counts = [h.nbytes for h in hosts]
                 send = numpy.concatenate([_bytes(h) for h in hosts]) if hosts else numpy.empty(0, numpy.uint8)
                 self._mpi_comm.Scatterv([send, counts], _bytes(out), root=root)
-                template = xs[0] if isinstance(xs, (tuple, list)) else xs
             else:
                 self._mpi_comm.Scatterv(None, _bytes(out), root=root)
-                template = None
-            return _arrays.like(out, template)
+            return _arrays.to_device_if(out, on_device)
 
     def alltoall(self, xs):
         with self._guard('alltoall', ()):
@@ -424,7 +428,7 @@ class MpiCommunicatorBase(CommunicatorBase):
             self._bcast_params(params)
 
     def _bcast_params(self, params):
-        arrays = [self._param_host(p, 'array') for p in params]
+        arrays = [self._param_host(p, 'array', 'bcast_data') for p in params]
         self._reducer.bcast([a for a, _ in arrays], root=0)
         for p, (a, on_device) in zip(params, arrays):
             if on_device:
@@ -446,14 +450,13 @@ class MpiCommunicatorBase(CommunicatorBase):
 
     def _mean_grads(self, params):
         """Average the gradients of ``params`` over all ranks in place."""
-        staged = [self._param_host(p, 'grad') for p in params]
+        staged = [self._param_host(p, 'grad', 'allreduce_grad') for p in params]
         self._reducer.mean([a for a, _ in staged], dtype=self.allreduce_grad_dtype)
         for p, (a, on_device) in zip(params, staged):
             if on_device:
                 p.grad[...] = _arrays.like(a, p.grad)
 
-    @staticmethod
-    def _param_host(param, attr):
+    def _param_host(self, param, attr, what):
         """Return (contiguous host array for ``param.<attr>``, whether it was staged from a GPU)."""
         arr = getattr(param, attr)
         if isinstance(arr, numpy.ndarray):
@@ -461,6 +464,7 @@ class MpiCommunicatorBase(CommunicatorBase):
                 arr = arr.copy(order='C')  # keeps 0-d shapes, unlike ascontiguousarray
                 setattr(param, attr, arr)
             return arr, False
+        _arrays.check_current_device(arr, what, self._rank)
         return _arrays.as_host(arr), True
 
     def split(self, color, key):

@@ -2,37 +2,21 @@
 
 import numpy
 
+from chainermn_comm import _arrays
 from chainermn_comm import _dtypes
 from chainermn_comm._mpi_base import ArrayMessage, MpiCommunicatorBase, _Fail, _raise_if_failed
 from chainermn_comm.gpu import _cuda_aware
 from chainermn_comm.gpu import _kernels
 from chainermn_comm.gpu import _layout
 
-__all__ = ['GpuCommunicatorBase', 'DeviceArrayMessage', 'HOST_CHUNK_BYTES']
+__all__ = ['GpuCommunicatorBase', 'HOST_CHUNK_BYTES']
 
 #: Piece size of host-staged MPI reductions (reused buffers; see ARCHITECTURE: big messages).
 HOST_CHUNK_BYTES = 4 * 1024 * 1024
 _MAX_PIECE = 1 << 30
 
 
-class DeviceArrayMessage(ArrayMessage):
-    """ArrayMessage that also says which items were CuPy arrays (received onto the device)."""
-
-    __slots__ = ('on_device',)
-
-    def __init__(self, specs, is_tuple, on_device):
-        super().__init__(specs, is_tuple)
-        self.on_device = on_device
-
-    def __getstate__(self):
-        return (self.specs, self.is_tuple, self.on_device)
-
-    def __setstate__(self, state):
-        self.specs, self.is_tuple, self.on_device = state
-
-
-def _is_device(x):
-    return type(x).__module__.startswith('cupy')
+_is_device = _arrays.is_device
 
 
 def _dev_bytes(a):
@@ -66,12 +50,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
 
     # -- helpers ---------------------------------------------------------
     def _check_device(self, arr, what):
-        import cupy
-        dev = cupy.cuda.runtime.getDevice()
-        if arr.device.id != dev:
-            raise ValueError('rank {}: {} got a CuPy array on device {} but the current device is {}; '
-                             'use cupy.cuda.Device(comm.intra_rank).use() and keep arrays there'.format(
-                                 self.rank, what, arr.device.id, dev))
+        _arrays.check_current_device(arr, what, self.rank)
 
     def _sync(self):
         import cupy
@@ -240,7 +219,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
                 bufs.append((x, True))
             else:
                 bufs.append((self._host_array(x, 'send'), False))
-        header = DeviceArrayMessage([(b.shape, b.dtype.str) for b, _ in bufs], is_tuple,
+        header = ArrayMessage([(b.shape, b.dtype.str) for b, _ in bufs], is_tuple,
                                     [d for _, d in bufs])
         with self._guard('send', (), collective=False, dest=dest, tag=tag,
                          shapes=[b.shape for b, _ in bufs]):
@@ -261,10 +240,9 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         tag = self._check_tag(tag)
         with self._guard('recv', (), collective=False, source=source, tag=tag):
             header = self._recv_header(source, tag)
-            on_device = getattr(header, 'on_device', None) or [False] * len(header.specs)
             outs = []
             status = MPI.Status()
-            for (shape, dtype), dev in zip(header.specs, on_device):
+            for (shape, dtype), dev in zip(header.specs, header.on_device):
                 dt = numpy.dtype(dtype)
                 direct = dev and self.cuda_aware
                 out = cupy.empty(shape, dt) if direct else numpy.empty(shape, dt)
@@ -301,19 +279,6 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
                 outs.append(recv[off:off + n].view(numpy.dtype(dtype)).reshape(shape).copy())
                 off += n
             return tuple(outs)
-
-    def scatter(self, xs, root=0):
-        root = self._check_rank(root, 'root')
-        on_dev = None
-        if self.rank == root:
-            items = list(xs) if isinstance(xs, (tuple, list)) else None
-            on_dev = bool(items) and all(_is_device(x) for x in items) if items is not None else _is_device(xs)
-        on_dev = self._mpi_comm.bcast(on_dev, root=root)
-        out = super().scatter(xs, root=root)
-        if on_dev and not _is_device(out):
-            import cupy
-            out = cupy.asarray(out)
-        return out
 
 
 def _group(arrays, buf_dtype):
