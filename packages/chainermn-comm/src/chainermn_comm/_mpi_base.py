@@ -334,7 +334,7 @@ class MpiCommunicatorBase(CommunicatorBase):
                                         'got {}'.format(self._rank, self._size, len(xs)))
                     hosts = [self._host_array(x, 'scatter') for x in xs]
                     items = xs if isinstance(xs, (tuple, list)) else [xs]
-                    header = ([_spec(h) for h in hosts], bool(items) and all(_arrays.is_device(x) for x in items))
+                    header = ([_spec(h) for h in hosts], all(_arrays.is_device(x) for x in items))
                 except TypeError as e:
                     header = _Fail(str(e))
             header = self._mpi_comm.bcast(header, root=root)

@@ -16,9 +16,6 @@ HOST_CHUNK_BYTES = 4 * 1024 * 1024
 _MAX_PIECE = 1 << 30
 
 
-_is_device = _arrays.is_device
-
-
 def _dev_bytes(a):
     import cupy
     return a.reshape(-1).view(cupy.uint8)
@@ -96,7 +93,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
     # -- gradients ---------------------------------------------------------
     def _mean_grads(self, params):
         grads = [p.grad for p in params]
-        if not grads or not all(_is_device(g) for g in grads):
+        if not grads or not all(_arrays.is_device(g) for g in grads):
             return super()._mean_grads(params)
         for g in grads:
             self._check_device(g, 'allreduce_grad')
@@ -116,7 +113,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
 
     def _bcast_params(self, params):
         arrays = [p.array for p in params]
-        if not arrays or not all(_is_device(a) for a in arrays):
+        if not arrays or not all(_arrays.is_device(a) for a in arrays):
             return super()._bcast_params(params)
         for a in arrays:
             self._check_device(a, 'bcast_data')
@@ -152,7 +149,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         return True
 
     def allreduce(self, data, op='sum'):
-        if not _is_device(data):
+        if not _arrays.is_device(data):
             return super().allreduce(data, op)
         import cupy
         self._check_device(data, 'allreduce')
@@ -175,7 +172,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
             arr = None
             if self.rank == root:
                 try:
-                    if _is_device(data):
+                    if _arrays.is_device(data):
                         self._check_device(data, 'bcast')
                         arr = cupy.ascontiguousarray(data)
                         header = ('device', arr.shape, arr.dtype.str)
@@ -212,15 +209,14 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         items = list(data) if is_tuple else [data]
         bufs = []
         for x in items:
-            if _is_device(x):
+            if _arrays.is_device(x):
                 import cupy
                 self._check_device(x, 'send')
                 x = cupy.ascontiguousarray(x)
                 bufs.append((x, True))
             else:
                 bufs.append((self._host_array(x, 'send'), False))
-        header = ArrayMessage([(b.shape, b.dtype.str) for b, _ in bufs], is_tuple,
-                                    [d for _, d in bufs])
+        header = ArrayMessage([(b.shape, b.dtype.str) for b, _ in bufs], is_tuple, [d for _, d in bufs])
         with self._guard('send', (), collective=False, dest=dest, tag=tag,
                          shapes=[b.shape for b, _ in bufs]):
             self._pkl.send(header, dest=dest, tag=tag)
@@ -229,7 +225,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
             for b, on_dev in bufs:
                 if on_dev and not self.cuda_aware:
                     b = b.get()
-                raw = _dev_bytes(b) if _is_device(b) else b.reshape(-1).view(numpy.uint8)
+                raw = _dev_bytes(b) if _arrays.is_device(b) else b.reshape(-1).view(numpy.uint8)
                 self._send_bytes(raw, dest, tag)
 
     def recv(self, source, tag):
@@ -262,7 +258,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
 
     # -- gather-like collectives -----------------------------------------------------
     def allgather(self, x):
-        if not (self.cuda_aware and _is_device(x)):
+        if not (self.cuda_aware and _arrays.is_device(x)):
             return super().allgather(x)
         import cupy
         self._check_device(x, 'allgather')

@@ -12,7 +12,7 @@ import os
 
 import numpy
 
-__all__ = ['ndarray', 'wrap', 'to_host', 'MemoryPointer', 'host_view', 'unwrap']
+__all__ = ['ndarray', 'wrap', 'unwrap', 'MemoryPointer', 'host_view']
 
 
 class MemoryPointer:
@@ -51,11 +51,6 @@ def wrap(x, like=None):
         return x
     arr = numpy.asarray(x)
     return ndarray._from(arr, like._dev if like is not None else _current_device())
-
-
-def to_host(x):
-    """Return ``x`` with device arrays as their NumPy memory (for copies made on purpose)."""
-    return unwrap(x)
 
 
 def host_view(ptr, nbytes, dtype):
