@@ -11,6 +11,8 @@ import os
 
 import numpy
 
+from chainermn_comm import _half
+
 __all__ = ['ChunkedReducer', 'collect_params', 'DEFAULT_CHUNK_BYTES', 'CHUNK_ENV',
            'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
 
@@ -73,7 +75,8 @@ class ChunkedReducer:
 
         ``dtype`` is the dtype the reduction runs in (the arrays' own when None).
         Sums are scaled by ``1/size`` after the reduction; with 2-byte dtypes (float16)
-        the scaling happens before the reduction so that sums cannot overflow.  Either
+        the scaling happens before the cast and the reduction so that sums cannot
+        overflow, and float16 terms are added in float32 and rounded once (``_half``).  Either
         way each element gets the same operations whichever path it takes.
         """
         size = self.mpi_comm.Get_size()
@@ -93,7 +96,7 @@ class ChunkedReducer:
                 for s in range(0, a.size, step):
                     view = a[s:s + step]
                     if pre:
-                        numpy.multiply(view, scale, out=view)
+                        _half.scale_into(view, view, scale)
                     _sum_in_place(comm, view)
                     if not pre:
                         numpy.multiply(view, scale, out=view)
@@ -134,16 +137,12 @@ class ChunkedReducer:
 
 
 def _sum_in_place(comm, view):
-    """Sum ``view`` over all ranks in place; reduce float16 in float32 where the MPI cannot."""
+    """Sum ``view`` over all ranks in place; float16 is added in float32 and rounded once."""
     from mpi4py import MPI
-    try:
-        comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
-    except (MPI.Exception, KeyError, TypeError, ValueError):
-        if view.dtype != numpy.float16:
-            raise
-        wide = view.astype(numpy.float32)
-        comm.Allreduce(MPI.IN_PLACE, wide, MPI.SUM)
-        view[...] = wide
+    if view.dtype == numpy.float16:
+        _half.sum_in_place(comm, view)
+        return
+    comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
 
 
 def _group_by_dtype(arrays, dtype):
@@ -164,7 +163,7 @@ def _pack_none(dst, src):
 
 def _pack_scaled(scale):
     def pack(dst, src):
-        numpy.multiply(src, scale, out=dst, casting='unsafe')
+        _half.scale_into(dst, src, scale)
     return pack
 
 

@@ -23,7 +23,7 @@ import os
 
 import numpy
 
-from chainermn_comm import _grad
+from chainermn_comm import _grad, _half
 from chainermn_comm._errors import CommunicationError
 
 __all__ = ['NodeReducer', 'SHM_ENV', 'SHM_CHUNK_ENV', 'DEFAULT_SHM_CHUNK_BYTES']
@@ -160,8 +160,9 @@ class NodeReducer:
         _stage(plan[0], src, scale, pre)
         sync()
         scratch = state.scratch(red_dtype)
+        wide = state.wide() if pre else None
         for k, chunk in enumerate(plan):
-            _reduce_own(chunk, src, dst, scale, pre, state.inter, scratch)
+            _reduce_own(chunk, src, dst, scale, pre, state.inter, scratch, wide)
             if k + 1 < len(plan):
                 _stage(plan[k + 1], src, scale, pre)
             sync()
@@ -178,8 +179,11 @@ class _Shared:
         self.inter = comm.Split(topo.intra_rank, comm.Get_rank()) if topo.inter_size > 1 else None
         self.local_rank = self.local.Get_rank()
         self.local_size = self.local.Get_size()
-        # Room for one share of one chunk (the window holds two chunks per rank).
-        self._scratch = numpy.empty(nbytes // 2 // self.local_size + 64, dtype=numpy.uint8)
+        # Room for one share of one chunk (the window holds two chunks per rank), and for
+        # its float32 sum when the share is float16.
+        share = nbytes // 2 // self.local_size + 64
+        self._scratch = numpy.empty(share, dtype=numpy.uint8)
+        self._wide = numpy.empty(share // 2 + 16, dtype=numpy.float32)
         try:
             self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.local)
         except MPI.Exception as e:
@@ -197,6 +201,10 @@ class _Shared:
         """Return a private buffer as large as one share of a chunk, viewed as ``dtype``."""
         n = self._scratch.size // dtype.itemsize * dtype.itemsize
         return self._scratch[:n].view(dtype)
+
+    def wide(self):
+        """Return a private float32 buffer as long (in elements) as one float16 share."""
+        return self._wide
 
     def views(self, dtype):
         """Return every local rank's segment viewed as ``dtype``."""
@@ -271,13 +279,13 @@ def _make_plan(sizes, chunk_elems, nlocal, me, segments):
 def _stage(chunk, g, scale, pre):
     if pre:
         for j, a, b, dst in chunk.stage:
-            numpy.multiply(g[j][a:b], scale, out=dst, casting='unsafe')
+            _half.scale_into(dst, g[j][a:b], scale)
     else:
         for j, a, b, dst in chunk.stage:
             numpy.copyto(dst, g[j][a:b], casting='unsafe')
 
 
-def _reduce_own(chunk, src, dst, scale, pre, inter, scratch):
+def _reduce_own(chunk, src, dst, scale, pre, inter, scratch, wide):
     for j, a, b, acc, terms in chunk.own:
         mine = src[j][a:b]
         if pre or mine.dtype != acc.dtype:
@@ -285,7 +293,7 @@ def _reduce_own(chunk, src, dst, scale, pre, inter, scratch):
             # peers' staged terms, without touching my gradient.
             mine_term = scratch[:b - a]
             if pre:
-                numpy.multiply(mine, scale, out=mine_term, casting='unsafe')
+                _half.scale_into(mine_term, mine, scale)
             else:
                 numpy.copyto(mine_term, mine, casting='unsafe')
         else:
@@ -293,15 +301,26 @@ def _reduce_own(chunk, src, dst, scale, pre, inter, scratch):
         # Sum in local-rank order whoever owns the share, so that the bits do not depend on
         # how the arrays fall into chunks and shares.
         ordered = [mine_term if t is None else t for t in terms]
-        numpy.add(ordered[0], ordered[1], out=acc)
-        for t in ordered[2:]:
-            numpy.add(acc, t, out=acc)
+        if pre:
+            _sum_wide(ordered, acc, wide[:b - a])
+        else:
+            numpy.add(ordered[0], ordered[1], out=acc)
+            for t in ordered[2:]:
+                numpy.add(acc, t, out=acc)
         if inter is None:
             _write_back(dst[j][a:b], acc, scale, pre)
     if inter is not None and chunk.own_region.size:
         _grad._sum_in_place(inter, chunk.own_region)
         for j, a, b, acc, _ in chunk.own:
             _write_back(dst[j][a:b], acc, scale, pre)
+
+
+def _sum_wide(terms, acc, wide):
+    """Add float16 ``terms`` in float32 and round once into ``acc``."""
+    numpy.add(terms[0], terms[1], out=wide, dtype=numpy.float32)
+    for t in terms[2:]:
+        numpy.add(wide, t, out=wide, dtype=numpy.float32)
+    numpy.copyto(acc, wide, casting='unsafe')
 
 
 def _write_back(dst, total, scale, pre):

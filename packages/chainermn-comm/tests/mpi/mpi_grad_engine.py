@@ -94,3 +94,42 @@ def test_bcast(chunk_bytes, direct_bytes):
 def test_rejects_tiny_chunk():
     with pytest.raises(ValueError, match='chunk_bytes'):
         _grad.ChunkedReducer(COMM, chunk_bytes=8)
+
+
+def _round_once(terms):
+    """Add float16 ``terms`` in float32 in the order given and round once to float16."""
+    total = terms[0].astype(numpy.float32)
+    for t in terms[1:]:
+        total = total + t.astype(numpy.float32)
+    return total.astype(numpy.float16)
+
+
+@pytest.mark.parametrize('chunk_bytes,direct_bytes', [(64, 1 << 30), (256, 128), (4 << 20, 0)])
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32])
+def test_half_mean_adds_in_float32_in_rank_order(chunk_bytes, direct_bytes, dtype):
+    size = COMM.Get_size()
+    arrays = _arrays(COMM.Get_rank() + 3, dtype, SHAPES)
+    _grad.ChunkedReducer(COMM, chunk_bytes=chunk_bytes, direct_bytes=direct_bytes).mean(
+        arrays, dtype=numpy.float16)
+    for i, got in enumerate(arrays):
+        if size == 1:
+            assert numpy.array_equal(got, _arrays(3, dtype, SHAPES)[i])
+            continue
+        terms = [(_arrays(r + 3, dtype, SHAPES)[i].astype(numpy.float32) * numpy.float32(1.0 / size))
+                 .astype(numpy.float16) for r in range(size)]
+        want = _round_once(terms).astype(dtype)
+        assert got.dtype == numpy.dtype(dtype)
+        assert numpy.array_equal(got, want), 'array {}: {} differ'.format(
+            i, int(numpy.count_nonzero(got != want)))
+
+
+@pytest.mark.parametrize('descending', [False, True])
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32])
+def test_half_mean_of_even_integers_is_exact(dtype, descending):
+    # Ranks hold 2, 4, 6 (or 6, 4, 2): float16 adds in some orders give 3.998 for 4.0.
+    k = COMM.Get_size() - COMM.Get_rank() if descending else COMM.Get_rank() + 1
+    a = numpy.full(1001, 2.0 * k, dtype=dtype)
+    b = numpy.full(300000, 2.0 * k, dtype=dtype)
+    _grad.ChunkedReducer(COMM, chunk_bytes=4096, direct_bytes=1024).mean([a, b], dtype=numpy.float16)
+    assert numpy.all(a == COMM.Get_size() + 1), a[:5]
+    assert numpy.all(b == COMM.Get_size() + 1), b[:5]

@@ -146,3 +146,50 @@ def test_mean_into_out_leaves_inputs_alone(chunk_bytes, dtype):
         assert numpy.array_equal(got, want.reshape(-1))
     with pytest.raises(ValueError, match='same size'):
         r.mean(src, out=out[:-1])
+
+
+def _round_once(terms):
+    """Add float16 ``terms`` in float32 in the order given and round once to float16."""
+    total = terms[0].astype(numpy.float32)
+    for t in terms[1:]:
+        total = total + t.astype(numpy.float32)
+    return total.astype(numpy.float16)
+
+
+@pytest.mark.parametrize('chunk_bytes', [64, 4096, 1 << 20])
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32])
+def test_half_mean_adds_in_float32(chunk_bytes, dtype):
+    """float16 terms are added in float32 and rounded once per node (and once across nodes)."""
+    size = COMM.Get_size()
+    if size == 1:
+        pytest.skip('one rank: nothing is averaged')
+    arrays = _arrays(COMM.Get_rank() + 11, dtype)
+    _reducer(chunk_bytes).mean(arrays, dtype=numpy.float16)
+    per = int(os.environ.get('CHAINERMN_RANKS_PER_NODE') or size) if EXPECT_SHM else size
+    nodes = [list(range(s, min(s + per, size))) for s in range(0, size, per)]
+    for i, got in enumerate(arrays):
+        terms = [(_arrays(q + 11, dtype)[i].astype(numpy.float32) * numpy.float32(1.0 / size))
+                 .astype(numpy.float16) for q in range(size)]
+        partial = [_round_once([terms[q] for q in node]) for node in nodes]
+        want = partial[0] if len(partial) == 1 else _round_once(partial)
+        assert numpy.array_equal(got, want.astype(dtype)), 'array {}: {} of {} differ'.format(
+            i, int(numpy.count_nonzero(got != want.astype(dtype))), got.size)
+
+
+@pytest.mark.parametrize('descending', [False, True])
+@pytest.mark.parametrize('param_dtype,grad_dtype', [(numpy.float16, None),
+                                                    (numpy.float32, numpy.float16)])
+def test_half_gradient_mean_of_even_integers_is_exact(param_dtype, grad_dtype, descending):
+    # Ranks hold 2, 4, 6 (or 6, 4, 2): adding 2.0 + 1.333 first in float16 gave 3.998 for 4.0.
+    import chainer
+    import chainermn_comm
+    comm = chainermn_comm.create_communicator('naive', mpi_comm=COMM, allreduce_grad_dtype=grad_dtype)
+    model = chainer.links.Linear(30, 40)
+    for p in model.params():
+        p.array = p.array.astype(param_dtype)
+        k = COMM.Get_size() - COMM.Get_rank() if descending else COMM.Get_rank() + 1
+        p.grad = numpy.full(p.array.shape, 2.0 * k, dtype=param_dtype)
+    comm.multi_node_mean_grad(model)
+    for name, p in model.namedparams():
+        assert p.grad.dtype == numpy.dtype(param_dtype), name
+        assert numpy.all(p.grad == COMM.Get_size() + 1), (name, p.grad.ravel()[:4])
