@@ -31,9 +31,9 @@ __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_mu
 #: pass ``allow_pickle``; only for files you trust.
 ALLOW_PICKLE_ENV = 'CHAINERMN_ALLOW_PICKLE'
 
-_OPT_IN_HINT = ('if you trust the file(s), opt in to pickle with allow_pickle=True (create_multi_node_checkpointer('
-                '..., allow_pickle=True) or maybe_load(..., allow_pickle=True)) or {}=1; otherwise '
-                'remove them'.format(ALLOW_PICKLE_ENV))
+_OPT_IN_HINT = ('if you trust the file(s), opt in to pickle with create_multi_node_checkpointer(..., '
+                'allow_pickle=True), maybe_load(..., allow_pickle=True) or {}=1; otherwise remove '
+                'them'.format(ALLOW_PICKLE_ENV))
 _pickle_warned = False  # the opt-in warns once per process
 
 
