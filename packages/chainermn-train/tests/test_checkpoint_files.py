@@ -1,14 +1,18 @@
 """Pickle-free snapshot files and checkpoint-directory warnings, in one process (no MPI)."""
 
 import os
+import sys
 import warnings
 import zipfile
 
 import numpy
 import pytest
 
-from chainermn_train.extensions import _safe_npz
-from chainermn_train.extensions._checkpoint import CheckpointWarning, MultiNodeCheckpointer
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'mpi'))
+from _poison import Payload  # noqa: E402
+
+from chainermn_train.extensions import _safe_npz  # noqa: E402
+from chainermn_train.extensions._checkpoint import CheckpointWarning, MultiNodeCheckpointer  # noqa: E402
 
 
 class OneRank:
@@ -19,14 +23,6 @@ class OneRank:
 
     def allgather_obj(self, obj):
         return [obj]
-
-
-class Payload:
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (self.path, 'w'))
 
 
 def _write(path, values):

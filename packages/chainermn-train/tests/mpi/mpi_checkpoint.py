@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _common  # noqa: E402
+import _poison  # noqa: E402
 
 import chainermn_train  # noqa: E402
 from chainermn_train.extensions import _checkpoint, _safe_npz  # noqa: E402
@@ -138,22 +139,12 @@ def test_trainer_round_trip_is_bitwise_with_none_values():
 
 
 # -- poisoned snapshots --------------------------------------------------------------------------
-class Payload:
-    """Unpickling this creates the file ``path`` (what an attacker's shell command would do)."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (self.path, 'w'))
-
-
-def _poison(fn, marker):
+def _poison_file(fn, marker):
     """Replace the snapshot ``fn`` by an npz with the same keys, each a pickled payload."""
     with zipfile.ZipFile(fn) as zf:
         keys = [n[:-4] for n in zf.namelist()]
     with open(fn, 'wb') as f:
-        numpy.savez(f, **{k: numpy.array(Payload(marker), dtype=object) for k in keys})
+        numpy.savez(f, **{k: numpy.array(_poison.Payload(marker), dtype=object) for k in keys})
 
 
 def _model_snapshots(comm, path, iterations):
@@ -169,7 +160,7 @@ def _model_snapshots(comm, path, iterations):
 def test_the_payload_runs_code_when_unpickled():
     d = tempfile.mkdtemp(prefix='cmn_probe_')
     marker, fn = os.path.join(d, 'ran'), os.path.join(d, 'probe.npz')
-    numpy.savez(fn, a=numpy.array(Payload(marker), dtype=object))
+    numpy.savez(fn, a=numpy.array(_poison.Payload(marker), dtype=object))
     with numpy.load(fn, allow_pickle=True) as npz:
         npz['a']
     assert os.path.exists(marker)   # so the tests below would see code that ran
@@ -182,7 +173,7 @@ def test_poisoned_newest_generation_falls_back_without_running_code(who):
     marker = os.path.join(path, 'code-ran')
     cp = _model_snapshots(comm, path, [1, 2, 3])
     if who == 'every rank' or comm.rank == comm.size - 1:
-        _poison(cp.filename(3), marker)
+        _poison_file(cp.filename(3), marker)
     comm.mpi_comm.Barrier()
     fresh = _common.make_model(4)
     with warnings.catch_warnings(record=True) as w:
@@ -204,7 +195,7 @@ def test_every_generation_poisoned_is_an_error_and_runs_no_code():
     marker = os.path.join(path, 'code-ran')
     cp = _model_snapshots(comm, path, [1, 2])
     for it in (1, 2):
-        _poison(cp.filename(it), marker)
+        _poison_file(cp.filename(it), marker)
     comm.mpi_comm.Barrier()
     fresh = _common.make_model(4)
     before = _common.params_of(fresh)
