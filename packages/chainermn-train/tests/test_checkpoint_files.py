@@ -125,3 +125,12 @@ def test_directory_created_by_the_checkpointer_is_checked_once(tmp_path):
         os.umask(old)
     texts = [str(x.message) for x in w if issubclass(x.category, CheckpointWarning)]
     assert len(texts) == 1 and str(parent / 'new') in texts[0], texts
+
+
+def test_unknown_opt_in_value_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv('CHAINERMN_ALLOW_PICKLE', 'maybe')
+    cp = MultiNodeCheckpointer('run', OneRank(), path=str(tmp_path))
+    with pytest.raises(ValueError, match="CHAINERMN_ALLOW_PICKLE='maybe'"):
+        cp.maybe_load({'v': numpy.zeros(1)})
+    monkeypatch.setenv('CHAINERMN_ALLOW_PICKLE', '0')
+    assert cp.maybe_load({'v': numpy.zeros(1)}) is None

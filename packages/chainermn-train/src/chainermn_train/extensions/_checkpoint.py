@@ -35,6 +35,8 @@ _OPT_IN_HINT = ('if you trust the file(s), opt in to pickle with create_multi_no
                 'allow_pickle=True), maybe_load(..., allow_pickle=True) or {}=1; otherwise remove '
                 'them'.format(ALLOW_PICKLE_ENV))
 _pickle_warned = False  # the opt-in warns once per process
+_TRUE = ('1', 'true', 'yes', 'on')
+_FALSE = ('', '0', 'false', 'no', 'off')
 
 
 class CheckpointWarning(UserWarning):
@@ -49,8 +51,12 @@ def _allow_pickle(explicit):
     """Return ``(allowed, how)``: the explicit argument if given, else ``$CHAINERMN_ALLOW_PICKLE``."""
     if explicit is not None:
         return bool(explicit), 'the allow_pickle=True argument'
-    value = os.environ.get(ALLOW_PICKLE_ENV, '').strip().lower()
-    return value in ('1', 'true', 'yes', 'on'), '{}={}'.format(ALLOW_PICKLE_ENV, value)
+    value = os.environ.get(ALLOW_PICKLE_ENV, '').strip()
+    if value.lower() not in _TRUE + _FALSE:
+        raise ValueError('{}={!r} is not understood; set it to 1 to let the checkpointer unpickle '
+                         'snapshots you trust, or 0 (or leave it unset) to refuse them'.format(
+                             ALLOW_PICKLE_ENV, value))
+    return value.lower() in _TRUE, '{}={}'.format(ALLOW_PICKLE_ENV, value)
 
 
 def _warn_pickle_once(rank, path, keys, how):
@@ -64,7 +70,7 @@ def _warn_pickle_once(rank, path, keys, how):
                   CheckpointWarning, stacklevel=5)
 
 
-def directory_problem(path):
+def _directory_problem(path):
     """Return why other users could write snapshots into the directory ``path``, or None."""
     try:
         st = os.stat(path)
@@ -166,7 +172,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if self._dir_checked:
             return
         self._dir_checked = True
-        problem = directory_problem(self.path)
+        problem = _directory_problem(self.path)
         if problem is not None:
             warnings.warn('rank {}: {}'.format(self.comm.rank, problem), CheckpointWarning, stacklevel=3)
 
