@@ -11,6 +11,11 @@ class CommunicatorBase(abc.ABC):
     Methods without a suffix handle ndarrays (NumPy, or CuPy on GPU
     communicators); methods with the ``_obj`` suffix handle picklable Python
     objects. Every abstract method must be implemented by a concrete class.
+
+    The ``_obj`` methods unpickle what other ranks sent.  That is safe because only
+    the processes of this MPI job (the same program, started by the same user) can
+    send on its communicator; never use them to pass on bytes read from files or
+    from outside the job.
     """
 
     # -- topology ---------------------------------------------------------

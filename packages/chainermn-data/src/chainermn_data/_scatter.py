@@ -351,7 +351,10 @@ def _receive_pickled_part(work, root, count):
 
 
 def _parse(pending, samples):
-    """Unpickle every complete sample at the front of ``pending``; return the bytes consumed."""
+    """Unpickle every complete sample at the front of ``pending``; return the bytes consumed.
+
+    Safe: the bytes come over MPI from the root rank of this job, which pickled its own samples.
+    """
     pos = 0
     total = len(pending)
     with memoryview(pending) as view:

@@ -143,7 +143,8 @@ def create_multi_node_iterator(actual_iterator, communicator, rank_master=0):
 
     Collective: every rank of ``communicator`` calls it together with the same ``rank_master``;
     ranks other than the master may pass ``None``.  Batches are pickled, so they may hold arrays of
-    any dtype, tuples and dicts.  ``epoch``, ``is_new_epoch``, ``epoch_detail``,
+    any dtype, tuples and dicts (unpickling them is safe: only the master rank of this MPI job
+    sends them).  ``epoch``, ``is_new_epoch``, ``epoch_detail``,
     ``previous_epoch_detail`` and ``StopIteration`` are the master's on every rank.
     """
     return MultiNodeIterator(actual_iterator, communicator, rank_master)

@@ -1,0 +1,136 @@
+"""Pickle-free snapshot files and checkpoint-directory warnings, in one process (no MPI)."""
+
+import os
+import sys
+import warnings
+import zipfile
+
+import numpy
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'mpi'))
+from _poison import Payload  # noqa: E402
+
+from chainermn_train.extensions import _safe_npz  # noqa: E402
+from chainermn_train.extensions._checkpoint import CheckpointWarning, MultiNodeCheckpointer  # noqa: E402
+
+
+class OneRank:
+    """Stand-in communicator of a single-rank job."""
+
+    rank = 0
+    size = 1
+
+    def allgather_obj(self, obj):
+        return [obj]
+
+
+def _write(path, values):
+    with open(path, 'wb') as f:
+        _safe_npz.write(f, values)
+    return path
+
+
+def test_round_trip_of_none_strings_and_arrays(tmp_path):
+    values = {'a/none': None, 'b': numpy.arange(5, dtype=numpy.float16), 'c': 'log text',
+              'd': 3, 'e': numpy.float64(0.1)}
+    fn = _write(str(tmp_path / 's'), values)
+    got, pickled = _safe_npz.read(fn)
+    assert pickled == [] and sorted(got) == sorted(values)
+    assert got['a/none'].dtype == object and got['a/none'][()] is None
+    assert got['b'].dtype == numpy.float16 and got['b'].tobytes() == values['b'].tobytes()
+    assert got['c'][()] == 'log text' and got['d'][()] == 3 and got['e'][()] == 0.1
+    with zipfile.ZipFile(fn) as zf:
+        assert 'a/none.npy' not in zf.namelist()
+
+
+def test_values_only_pickle_could_store_are_refused_at_save(tmp_path):
+    with pytest.raises(TypeError, match="'opaque'.*object array"):
+        _safe_npz.to_arrays({'opaque': [object(), 1]})
+    with pytest.raises(ValueError, match='reserved'):
+        _safe_npz.to_arrays({_safe_npz.NONE_KEY: 1})
+
+
+def test_object_members_are_refused_before_any_unpickling(tmp_path):
+    marker = str(tmp_path / 'ran')
+    fn = str(tmp_path / 'evil')
+    numpy.savez(fn, fine=numpy.zeros(2), **{'x/y': numpy.array(Payload(marker), dtype=object)})
+    with pytest.raises(_safe_npz.PickleRequired) as e:
+        _safe_npz.read(fn + '.npz')
+    assert e.value.keys == ['x/y'] and "'x/y'" in str(e.value) and fn in str(e.value)
+    assert not os.path.exists(marker)
+    _safe_npz.read(fn + '.npz', allow_pickle=True)   # the opt-in really unpickles
+    assert os.path.exists(marker)
+
+
+def test_malformed_files_are_unreadable(tmp_path):
+    fn = str(tmp_path / 'raw')
+    with zipfile.ZipFile(fn, 'w') as zf:
+        zf.writestr('payload.pkl', b'x')
+    with pytest.raises(ValueError, match='not a .npy array'):
+        _safe_npz.read(fn)
+    newer = str(tmp_path / 'newer.npz')
+    numpy.savez(newer, **{_safe_npz.FORMAT_KEY: numpy.int64(_safe_npz.FORMAT_VERSION + 1)})
+    with pytest.raises(ValueError, match='newer than this chainermn reads'):
+        _safe_npz.read(newer)
+    good = _write(str(tmp_path / 'good'), {'w': numpy.ones(1000)})
+    with open(good, 'r+b') as f:
+        f.truncate(os.path.getsize(good) // 2)
+    with pytest.raises(Exception):
+        _safe_npz.read(good)
+
+
+def _dir_warnings(path):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        MultiNodeCheckpointer('run', OneRank(), path=path)
+    return [str(x.message) for x in w if issubclass(x.category, CheckpointWarning)]
+
+
+@pytest.mark.parametrize('mode,warned', [(0o777, True), (0o1777, False), (0o755, False), (0o775, False)])
+def test_world_writable_directory_without_sticky_bit_is_warned(tmp_path, mode, warned):
+    d = tmp_path / 'cp'
+    d.mkdir()
+    os.chmod(str(d), mode)
+    texts = _dir_warnings(str(d))
+    if warned:
+        assert len(texts) == 1 and str(d) in texts[0] and '{:04o}'.format(mode) in texts[0], texts
+        assert 'world-writable' in texts[0]
+    else:
+        assert texts == []
+
+
+@pytest.mark.skipif(not hasattr(os, 'geteuid') or os.geteuid() != 0, reason='chown needs root')
+def test_directory_owned_by_someone_else_is_warned(tmp_path):
+    d = tmp_path / 'theirs'
+    d.mkdir()
+    os.chmod(str(d), 0o755)
+    os.chown(str(d), 4242, -1)
+    texts = _dir_warnings(str(d))
+    assert len(texts) == 1 and str(d) in texts[0] and 'owned by uid 4242' in texts[0], texts
+    assert '0755' in texts[0]
+
+
+def test_directory_created_by_the_checkpointer_is_checked_once(tmp_path):
+    parent = tmp_path / 'p'
+    parent.mkdir()
+    cp = MultiNodeCheckpointer('run', OneRank(), path=str(parent / 'new'))
+    old = os.umask(0)
+    try:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            cp.save({'v': numpy.zeros(1)}, iteration=1)
+            cp.save({'v': numpy.zeros(1)}, iteration=2)
+    finally:
+        os.umask(old)
+    texts = [str(x.message) for x in w if issubclass(x.category, CheckpointWarning)]
+    assert len(texts) == 1 and str(parent / 'new') in texts[0], texts
+
+
+def test_unknown_opt_in_value_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv('CHAINERMN_ALLOW_PICKLE', 'maybe')
+    cp = MultiNodeCheckpointer('run', OneRank(), path=str(tmp_path))
+    with pytest.raises(ValueError, match="CHAINERMN_ALLOW_PICKLE='maybe'"):
+        cp.maybe_load({'v': numpy.zeros(1)})
+    monkeypatch.setenv('CHAINERMN_ALLOW_PICKLE', '0')
+    assert cp.maybe_load({'v': numpy.zeros(1)}) is None
