@@ -142,6 +142,15 @@ def test_reexports_are_the_sub_package_objects():
         assert getattr(chainermn, name) is not None, name
 
 
+def test_later_version_links_names():
+    # Added by Chainer v7's chainermn (issue 18); not in the seeds.
+    import chainermn
+    import chainermn_links
+    assert 'create_multi_node_n_step_rnn' in chainermn.links.__all__
+    assert chainermn.links.create_multi_node_n_step_rnn is chainermn_links.links.create_multi_node_n_step_rnn
+    assert resolve('chainermn.links.create_multi_node_n_step_rnn') is chainermn.links.create_multi_node_n_step_rnn
+
+
 def test_unknown_attribute_raises_attribute_error():
     import chainermn
     with pytest.raises(AttributeError, match='no_such_name'):
