@@ -1,4 +1,4 @@
-"""Trainer extensions of ChainerMN: AllreducePersistent, checkpoints, snapshots, evaluation, early stopping."""
+"""Trainer extensions of ChainerMN: persistents, checkpoints, snapshots, evaluation, early stopping."""
 
 from chainermn_train.extensions._allreduce_persistent import AllreducePersistent
 from chainermn_train.extensions._checkpoint import (MultiNodeCheckpointer, create_multi_node_checkpoint,

@@ -119,7 +119,7 @@ def multi_node_snapshot(comm, snapshot, replica_sets):
     runs ``snapshot``, whose file names get ``.<master rank>`` appended. With ``autoload=True`` the
     master loads its newest file at start, if there is one, and sends the loaded state to the other
     ranks of its group, so a resumed job starts identically on every rank of a group, whatever
-    ``comm.size`` is now. ``snapshot`` is a :func:`chainer.training.extensions.snapshot` extension. Collective at
-    start (``initialize``): register it on every rank.
+    ``comm.size`` is now. ``snapshot`` is a :func:`chainer.training.extensions.snapshot`
+    extension. Collective at start (``initialize``): register it on every rank.
     """
     return _MultiNodeSnapshot(comm, snapshot, replica_sets)

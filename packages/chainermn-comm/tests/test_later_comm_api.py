@@ -9,31 +9,31 @@ from chainermn_comm import CommunicatorBase, NaiveCommunicator
 from chainermn_comm.testing import run_pytest_under_mpi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FINALIZE = os.path.join(HERE, 'mpi', 'mpi_finalize.py')
+LATER = os.path.join(HERE, 'mpi', 'mpi_later_comm_api.py')
 FAKE = os.path.join(HERE, 'fakecupy')
 GPU_COMMS = ('flat', 'pure_nccl', 'single_node', 'hierarchical', 'two_dimensional', 'non_cuda_aware')
 
 
 @pytest.mark.parametrize('n', [1, 2, 3])
-def test_finalize_naive(n):
-    run_pytest_under_mpi(FINALIZE, n, timeout=180)
+def test_naive(n):
+    run_pytest_under_mpi(LATER, n, timeout=180)
 
 
-def test_finalize_naive_debug_mode_and_two_simulated_nodes():
-    res = run_pytest_under_mpi(FINALIZE, 4, timeout=180,
+def test_naive_debug_mode_and_two_simulated_nodes():
+    res = run_pytest_under_mpi(LATER, 4, timeout=180,
                                env={'CHAINERMN_DEBUG': '1', 'CHAINERMN_RANKS_PER_NODE': '2'})
     assert 'passed' in res.stdout
 
 
 @pytest.mark.parametrize('n,extra', [(1, {}), (2, {}), (3, {}), (4, {'CHAINERMN_RANKS_PER_NODE': '2'})],
                          ids=['1rank', '2ranks', '3ranks', '4ranks-2nodes'])
-def test_finalize_gpu_communicators_on_the_stand_in(n, extra):
+def test_gpu_communicators_on_the_stand_in(n, extra):
     names = GPU_COMMS if 'CHAINERMN_RANKS_PER_NODE' not in extra else tuple(
         c for c in GPU_COMMS if c != 'single_node')
     path = os.pathsep.join([FAKE] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
-    env = dict(extra, PYTHONPATH=path, CHAINERMN_TEST_FINALIZE_COMMS=','.join(('naive',) + names),
+    env = dict(extra, PYTHONPATH=path, CHAINERMN_TEST_LATER_COMMS=','.join(('naive',) + names),
                CHAINERMN_CUDA_AWARE='0', CUPY_FAKE_MPI_CUDA_AWARE='0')
-    res = run_pytest_under_mpi(FINALIZE, n, timeout=300, env=env)
+    res = run_pytest_under_mpi(LATER, n, timeout=300, env=env)
     assert ' skipped' not in res.stdout, res.stdout[-3000:]  # the stand-in really ran them
 
 

@@ -1,6 +1,6 @@
-"""Per-rank tests of CommunicatorBase.finalize() (run under mpiexec by test_finalize.py).
+"""Per-rank tests of finalize() and allreduce_grad(model, zero_fill) (run by test_later_comm_api.py).
 
-$CHAINERMN_TEST_FINALIZE_COMMS lists the communicators (default ``naive``); the GPU ones run on
+$CHAINERMN_TEST_LATER_COMMS lists the communicators (default ``naive``); the GPU ones run on
 the NumPy stand-in for CuPy (tests/fakecupy) in CI and on real GPUs where there are some.
 """
 
@@ -10,9 +10,10 @@ import numpy
 import pytest
 from mpi4py import MPI
 
-from chainermn_comm import CommunicationError, CommunicatorFinalizedError, create_communicator
+from chainermn_comm import (CommunicationError, CommunicatorBase, CommunicatorFinalizedError,
+                            create_communicator)
 
-NAMES = [n for n in os.environ.get('CHAINERMN_TEST_FINALIZE_COMMS', 'naive').split(',') if n]
+NAMES = [n for n in os.environ.get('CHAINERMN_TEST_LATER_COMMS', 'naive').split(',') if n]
 GPU = [n for n in NAMES if n != 'naive']
 
 
@@ -181,3 +182,28 @@ def test_finalize_frees_the_debug_mode_communicator():
     c.finalize()
     if debug is not None:
         assert debug == MPI.COMM_NULL
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_allreduce_grad_zero_fill_as_the_base_class_declares(name):
+    xp = _xp(name)
+    c = _new(name)
+    mean = (c.size + 1) / 2.0
+    for call in (lambda m: c.allreduce_grad(m, False), lambda m: c.allreduce_grad(m, zero_fill=False),
+                 lambda m: CommunicatorBase.multi_node_mean_grad(c, m, zero_fill=False)):
+        m = _model(xp, c.rank)
+        m._p['b'].grad = None  # no gradient on any rank: skipped, stays None
+        call(m)
+        assert m._p['b'].grad is None
+        assert float(m._p['a'].grad[0]) == mean and float(m._p['a'].grad[-1]) == mean
+    for call in (lambda m: c.allreduce_grad(m), lambda m: c.allreduce_grad(m, True),
+                 lambda m: CommunicatorBase.multi_node_mean_grad(c, m)):
+        m = _model(xp, c.rank)
+        m._p['b'].grad = None if c.rank == 0 else m._p['b'].grad  # missing on rank 0 only
+        call(m)
+        g = m._p['b'].grad
+        assert g is not None and g.shape == (4, 5)
+        # rank r contributes 2 r (rank 0 contributes zeros): mean 2 * (0 + 1 + ... + size-1) / size
+        assert float(g[0, 0]) == 2.0 * (c.size - 1) / 2.0
+        assert float(m._p['a'].grad[0]) == mean
+    c.finalize()
