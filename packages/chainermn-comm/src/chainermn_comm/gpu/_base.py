@@ -41,6 +41,13 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
     def _setup(self):
         """Create sub-communicators (collective; called once from __init__)."""
 
+    def _release(self):
+        """Wait for queued device work, drop the packing buffers, then release the MPI resources."""
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
+        self._packer.release()
+        super()._release()
+
     def _grad_align(self):
         """Return the multiple packed gradient buffers are padded to (node size for reduce-scatter)."""
         return 1

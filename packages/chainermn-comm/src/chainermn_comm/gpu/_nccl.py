@@ -69,6 +69,7 @@ class NcclGroup:
         self._comm = None
         self._device = None
         self._broken = None
+        self._closed = None  # after close(): how this group described itself
 
     @property
     def size(self):
@@ -85,6 +86,11 @@ class NcclGroup:
         """Return the NCCL communicator, creating it on the current device the first time."""
         import cupy
         from cupy.cuda import nccl
+        if self._closed is not None:
+            from chainermn_comm._finalize import CommunicatorFinalizedError
+            raise CommunicatorFinalizedError(
+                '{}: the NCCL communicator was released by finalize(); create a new chainermn '
+                'communicator'.format(self._closed))
         if self._broken is not None:
             raise CommunicationError('{}: NCCL communicator is unusable after an earlier failure ({}); '
                                      'create a new chainermn communicator'.format(self._describe(),
@@ -195,6 +201,12 @@ class NcclGroup:
         comm, self._comm = self._comm, None
         if comm is not None:
             comm.destroy()
+
+    def close(self):
+        """Destroy the NCCL communicator for good: later calls raise CommunicatorFinalizedError."""
+        if self._closed is None:
+            self._closed = self._describe()
+        self.destroy()
 
 
 def _dtype_op(arr, op):
