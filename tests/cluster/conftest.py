@@ -13,8 +13,9 @@ def _missing():
     return tuple(missing(need_tc=True))
 
 
+@pytest.fixture(scope='session', autouse=True)
 def require_cluster():
-    """Skip the calling test, naming what is missing, when this machine cannot build a cluster."""
+    """Skip every test here, naming what is missing, when this machine cannot build a cluster."""
     problems = _missing()
     if problems:
         pytest.skip('cannot build a cluster of namespaces here; missing: ' + '; '.join(problems))
@@ -27,7 +28,6 @@ def make_cluster():
     made = []
 
     def make(nodes=2, **kwargs):
-        require_cluster()
         cluster = Cluster(nodes=nodes, **kwargs).start()
         made.append(cluster)
         return cluster

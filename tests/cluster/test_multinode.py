@@ -6,8 +6,6 @@ hard timeout; ``CHAINERMN_RANKS_PER_NODE`` is never set: nodes come from real ho
 
 import json
 import os
-import sys
-
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,18 +24,22 @@ def report(res):
         res.stdout[-6000:], res.stderr[-12000:])
 
 
-def lines(res, tag):
-    """Return the JSON payloads of the output lines starting with ``tag``, by rank."""
-    found = [json.loads(ln[len(tag) + 1:]) for ln in res.stdout.splitlines() if ln.startswith(tag + ' ')]
+def results(out_dir, tag):
+    """Return the JSON files ``tag.<rank>.json`` the ranks wrote to ``out_dir``, by rank."""
+    found = []
+    for name in os.listdir(str(out_dir)):
+        if name.startswith(tag + '.'):
+            with open(os.path.join(str(out_dir), name)) as f:
+                found.append(json.load(f))
     return sorted(found, key=lambda d: d['rank'])
 
 
 # -- 1. topology from real hostnames ----------------------------------------------------------------
 @pytest.mark.parametrize('per_node', [1, 2])
-def test_topology_from_hostnames(cluster2, per_node):
-    res = cluster2.mpiexec([os.path.join(JOBS, 'job_facts.py')], ranks_per_node=per_node, timeout=120)
+def test_topology_from_hostnames(cluster2, per_node, tmp_path):
+    res = cluster2.mpiexec([os.path.join(JOBS, 'job_facts.py'), tmp_path], ranks_per_node=per_node, timeout=120)
     assert res.returncode == 0 and not res.timed_out, report(res)
-    facts = lines(res, 'FACTS')
+    facts = results(tmp_path, 'facts')
     size = 2 * per_node
     assert [f['rank'] for f in facts] == list(range(size)), report(res)
     for f in facts:
@@ -64,11 +66,11 @@ GRAD_ELEMENTS = 1 << 20     # 4 MiB of float32 gradient
 
 
 @pytest.mark.parametrize('per_node', [1, 2])
-def test_mean_grad_bytes_cross_the_links(cluster2, per_node, record_figure):
-    res = cluster2.mpiexec([os.path.join(JOBS, 'job_bytes.py'), GRAD_ELEMENTS], ranks_per_node=per_node,
-                           timeout=180)
+def test_mean_grad_bytes_cross_the_links(cluster2, per_node, record_figure, tmp_path):
+    res = cluster2.mpiexec([os.path.join(JOBS, 'job_bytes.py'), tmp_path, GRAD_ELEMENTS],
+                           ranks_per_node=per_node, timeout=180)
     assert res.returncode == 0 and not res.timed_out, report(res)
-    counts = lines(res, 'BYTES')
+    counts = results(tmp_path, 'bytes')
     assert len(counts) == 2 * per_node, report(res)
     grad = 4 * GRAD_ELEMENTS
     for c in counts:

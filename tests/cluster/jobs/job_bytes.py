@@ -1,9 +1,10 @@
 """Cluster job: count the bytes on this node's link (eth0) and loopback around one multi_node_mean_grad.
 
-usage: job_bytes.py ELEMENTS    (float32 gradient of ELEMENTS elements)
+usage: job_bytes.py OUT_DIR ELEMENTS    (float32 gradient of ELEMENTS elements; writes OUT_DIR/bytes.<rank>.json)
 """
 
 import json
+import os
 import sys
 
 import chainer
@@ -21,7 +22,7 @@ def counters():
     return out
 
 
-def main(n):
+def main(out_dir, n):
     comm = chainermn_comm.create_communicator('naive')
     model = chainer.Link()
     with model.init_scope():
@@ -37,9 +38,10 @@ def main(n):
     want = (comm.size + 1) / 2.0        # mean of 1..size
     assert numpy.all(model.w.grad == want), (model.w.grad[:4], want)
     delta = {k: after[k] - before[k] for k in before}
-    print('BYTES ' + json.dumps(dict(delta, rank=comm.rank, node=comm.inter_rank,
-                                      intra_rank=comm.intra_rank, grad_bytes=4 * n)), flush=True)
+    with open(os.path.join(out_dir, 'bytes.{}.json'.format(comm.rank)), 'w') as f:
+        json.dump(dict(delta, rank=comm.rank, node=comm.inter_rank, intra_rank=comm.intra_rank,
+                       grad_bytes=4 * n), f)
 
 
 if __name__ == '__main__':
-    main(int(sys.argv[1]))
+    main(sys.argv[1], int(sys.argv[2]))

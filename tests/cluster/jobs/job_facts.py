@@ -1,15 +1,19 @@
-"""Cluster job: print what each rank sees of its node (topology, host, node-local dir, /dev/shm) as JSON."""
+"""Cluster job: write what each rank sees of its node (topology, host, node-local dir, /dev/shm) as JSON.
+
+usage: job_facts.py OUT_DIR    (writes OUT_DIR/facts.<rank>.json)
+"""
 
 import json
 import os
 import socket
+import sys
 
 from mpi4py import MPI
 
 import chainermn_comm
 
 
-def main():
+def main(out_dir):
     comm = chainermn_comm.create_communicator('naive')
     host = socket.gethostname()
     local = os.environ['CHAINERMN_NODE_LOCAL']
@@ -30,8 +34,9 @@ def main():
         'pids_visible': len([p for p in os.listdir('/proc') if p.isdigit()]),
     }
     comm.mpi_comm.Barrier()
-    print('FACTS ' + json.dumps(facts), flush=True)
+    with open(os.path.join(out_dir, 'facts.{}.json'.format(comm.rank)), 'w') as f:
+        json.dump(facts, f)
 
 
 if __name__ == '__main__':
-    main()
+    main(sys.argv[1])
