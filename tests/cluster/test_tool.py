@@ -66,6 +66,16 @@ def test_cli_runs_ranks_on_every_node_and_cleans_up():
     assert leftovers(prefix) == []
 
 
+def test_cli_trains_the_mnist_example_on_two_nodes(tmp_path):
+    # The README's example (2 epochs instead of 10).
+    res = run_cli(['--nodes', '2', '--ranks-per-node', '1', '--', 'python', 'examples/mnist/train_mnist.py',
+                   '--epoch', '2', '--no-progress', '--out', str(tmp_path / 'out')], timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    m = re.search(r'FINAL validation/main/accuracy=([0-9.]+) .* epochs=2 ranks=2', res.stdout)
+    assert m and float(m.group(1)) > 0.5, res.stdout + res.stderr
+    assert leftovers(prefix_in(res.stderr)) == []
+
+
 def test_cli_returns_the_job_status_and_cleans_up():
     res = run_cli(['--nodes', '2', '--', 'sh', '-c', 'exit 3'])
     assert res.returncode == 3, res.stdout + res.stderr
