@@ -103,7 +103,7 @@ def run(args):
             return UNAVAILABLE_EXIT_STATUS
         sys.stderr.write('chainermn cluster: {} nodes ({}) x {} ranks on {}{}; node-local dir {}\n'.format(
             args.nodes, ', '.join('{}={}'.format(n.hostname, n.address) for n in cluster.nodes),
-            args.ranks_per_node, cluster._state['subnet'],
+            args.ranks_per_node, cluster.subnet,
             '' if args.link_gbit is None else ', links {:g} Gbit/s'.format(args.link_gbit),
             cluster.node_local))
         sys.stderr.flush()
@@ -132,7 +132,7 @@ def run(args):
         cluster.close()
         if proc is not None:
             proc.wait()
-    return status
+    return 128 - status if status < 0 else status     # killed by a signal: the shell's 128 + N
 
 
 def main(argv=None):

@@ -43,7 +43,7 @@ class Cluster(object):
         self.loss_pct = loss_pct
         self.start_timeout = start_timeout
         self.nodes = []
-        self.prefix = None
+        self.prefix = self.subnet = self.head_address = self.node_local = self.launcher = None
         self._state = None
         self._base = None
         self._holders = []
@@ -74,6 +74,7 @@ class Cluster(object):
                 raise _support.ClusterUnavailable('every /24 of 198.18.0.0/15 is in use by other clusters')
             self.prefix = prefix = _registry.prefix_for(index)
             net = _net.subnet(index)
+            self.subnet = str(net)
             hosts = list(net.hosts())
             self._base = base
             self._dir = os.path.join(base, prefix)

@@ -17,7 +17,7 @@ __all__ = ['cluster_dir', 'locked', 'process_start', 'alive', 'read_states', 'wr
 
 #: Environment variable that moves the registry and the node scratch directories.
 DIR_ENV = 'CHAINERMN_CLUSTER_DIR'
-DEFAULT_DIR = '/run/chainermn-cluster'
+DEFAULT_DIR = '/var/tmp/chainermn-cluster'    # holds node scratch too: not a small tmpfs
 #: Every name a cluster creates (netns, interfaces, /etc/netns entries) matches this.
 NAME_RE = re.compile(r'^cmn[0-9a-f]{3}-')
 MAX_CLUSTERS = 512      # the /24s of 198.18.0.0/15
