@@ -8,7 +8,8 @@ import sys
 import time
 
 from chainermn.cluster._cluster import Cluster
-from chainermn.cluster._support import ClusterUnavailable
+from chainermn.cluster._support import ClusterUnavailable, require_hydra
+from chainermn_comm.testing import find_mpiexec
 
 __all__ = ['main']
 
@@ -97,8 +98,10 @@ def run(args):
     status = None
     try:
         try:
+            mpiexec = find_mpiexec()
+            require_hydra(mpiexec)
             cluster.start()
-        except ClusterUnavailable as e:
+        except (ClusterUnavailable, RuntimeError) as e:
             sys.stderr.write('chainermn cluster: {}\n'.format(e))
             return UNAVAILABLE_EXIT_STATUS
         sys.stderr.write('chainermn cluster: {} nodes ({}) x {} ranks on {}{}; node-local dir {}\n'.format(
@@ -107,7 +110,7 @@ def run(args):
             '' if args.link_gbit is None else ', links {:g} Gbit/s'.format(args.link_gbit),
             cluster.node_local))
         sys.stderr.flush()
-        cmd = cluster.mpiexec_command(command, args.ranks_per_node)
+        cmd = cluster.mpiexec_command(command, args.ranks_per_node, mpiexec=mpiexec)
         proc = subprocess.Popen(cmd, env=cluster.env(), start_new_session=True)
         try:
             status = proc.wait(timeout=args.timeout)

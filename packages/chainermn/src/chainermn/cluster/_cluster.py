@@ -209,7 +209,9 @@ class Cluster(object):
     def mpiexec_command(self, argv, ranks_per_node=1, mpiexec=None):
         """Return the full ``mpiexec`` argv that runs ``argv`` as nodes x ``ranks_per_node`` ranks."""
         from chainermn_comm.testing import find_mpiexec
-        return ([mpiexec or find_mpiexec(), '-n', str(self.size * ranks_per_node)]
+        mpiexec = mpiexec or find_mpiexec()
+        _support.require_hydra(mpiexec)
+        return ([mpiexec, '-n', str(self.size * ranks_per_node)]
                 + self.mpiexec_args(ranks_per_node) + [str(a) for a in argv])
 
     def mpiexec(self, args, ranks_per_node=1, timeout=120, env=None, cwd=None, python=True,

@@ -4,7 +4,7 @@ import os
 import shutil
 import subprocess
 
-__all__ = ['ClusterUnavailable', 'missing', 'require']
+__all__ = ['ClusterUnavailable', 'missing', 'require', 'require_hydra']
 
 _CAP_SYS_ADMIN = 21
 _CAP_NET_ADMIN = 12
@@ -65,3 +65,18 @@ def require(need_tc=False):
     problems = missing(need_tc)
     if problems:
         raise ClusterUnavailable('cannot build a cluster of namespaces here; missing: ' + '; '.join(problems))
+
+
+def require_hydra(mpiexec):
+    """Raise ClusterUnavailable unless ``mpiexec`` is MPICH's Hydra (its ssh launcher is what nodes need)."""
+    try:
+        res = subprocess.run([mpiexec, '--version'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, stdin=subprocess.DEVNULL, timeout=60)
+        out = res.stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out = str(e)
+    if 'HYDRA' not in out:
+        raise ClusterUnavailable(
+            'the cluster launches ranks with Hydra (MPICH, MVAPICH, Intel MPI) through '
+            '`-launcher ssh -launcher-exec`, but {} is not Hydra ({}); use the mpiexec of an MPICH-family '
+            'MPI, e.g. `pip install mpich mpi4py` in this venv'.format(mpiexec, out.strip()[:200] or 'no output'))
