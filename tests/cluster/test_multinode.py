@@ -88,6 +88,21 @@ def test_mean_grad_bytes_cross_the_links(cluster2, per_node, record_figure, tmp_
                         c['eth0.tx_bytes'], c['eth0.rx_bytes'], c['lo.tx_bytes'], grad))
 
 
+# -- link rate (tbf) ---------------------------------------------------------------------------------
+def test_link_rate_limits_transfers_between_nodes(make_cluster, tmp_path, record_figure):
+    # 0.05 Gbit/s = 6.25 MB/s: 4 MiB cannot cross in less than 0.67 s minus one 64 KiB burst, however
+    # fast the machine (unlimited veths move it in tens of milliseconds).  A lower bound only.
+    cluster = make_cluster(2, link_gbit=0.05)
+    nbytes = 4 << 20
+    res = cluster.mpiexec([os.path.join(JOBS, 'job_send.py'), tmp_path, nbytes], timeout=180)
+    assert res.returncode == 0 and not res.timed_out, report(res)
+    seconds = results(tmp_path, 'send')[0]['seconds']
+    floor = (nbytes - (64 << 10)) / 6.25e6
+    record_figure('link rate 0.05 Gbit/s: 4 MiB node0 -> node1', seconds,
+                  's ({:.2f} MB/s; floor {:.2f} s)'.format(nbytes / seconds / 1e6, floor))
+    assert seconds >= 0.95 * floor, seconds
+
+
 # -- 3. communicator value suite and scatter_dataset at 2 nodes x 2 ranks ---------------------------
 @pytest.mark.parametrize('path', ['packages/chainermn-comm/tests/mpi/mpi_comm_api.py',
                                   'packages/chainermn-data/tests/mpi/mpi_scatter.py'])
