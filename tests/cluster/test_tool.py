@@ -128,6 +128,22 @@ def test_cli_signal_stops_the_job_and_cleans_up(sig, job, want):
     assert leftovers(prefix_in(err)) == []
 
 
+def test_cli_second_signal_kills_at_once():
+    proc = _start_cli(['--nodes', '2', '--grace', '300', '--', 'python', '-c', JOB, 'ignore'])
+    proc.send_signal(signal.SIGTERM)
+    err = b''
+    while b'waiting up to 300 s' not in err:          # the first signal was handled
+        chunk = os.read(proc.stderr.fileno(), 4096)
+        assert chunk, err
+        err += chunk
+    proc.send_signal(signal.SIGINT)
+    out, rest = proc.communicate(timeout=120)          # long before the 300 s grace
+    err = (err + rest).decode(errors='replace')
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert 'second signal; killing the job now' in err, err
+    assert leftovers(prefix_in(err)) == []
+
+
 def test_cli_without_capabilities_exits_2_naming_them():
     if shutil.which('setpriv') is None:
         pytest.skip('needs setpriv (util-linux) to drop capabilities')

@@ -44,7 +44,8 @@ def _parser():
     p.add_argument('--timeout', type=float, default=None,
                    help='kill the job after this many seconds (exit 124)')
     p.add_argument('--grace', type=float, default=30.0,
-                   help='seconds the job gets to exit after SIGTERM/Ctrl-C before it is killed (default 30)')
+                   help='seconds the job gets to exit after SIGTERM/Ctrl-C before it is killed (default 30; '
+                        'a second signal kills it at once)')
     p.add_argument('command', nargs=argparse.REMAINDER, help='-- COMMAND ARGS...')
     return p
 
@@ -119,8 +120,11 @@ def run(args):
                 args.timeout))
             status = 124
         except _Stop as stop:
-            _ignore_signals()
-            status = _forward(cluster, proc, stop.signum, args.grace)
+            try:
+                status = _forward(cluster, proc, stop.signum, args.grace)
+            except _Stop:
+                sys.stderr.write('chainermn cluster: second signal; killing the job now\n')
+                status = None
             if status is None:
                 status = 128 + stop.signum
     except _Stop as stop:

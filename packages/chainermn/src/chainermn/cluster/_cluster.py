@@ -60,6 +60,8 @@ class Cluster(object):
 
     def start(self):
         """Build the nodes (after removing clusters left by dead runs); raise ClusterUnavailable if impossible."""
+        if self._state is not None:
+            raise RuntimeError('cluster {} is already started'.format(self.prefix))
         shaped = self.delay_ms is not None or self.loss_pct is not None
         _support.require(need_tc=self.link_gbit is not None or shaped)
         if shaped and not _net.netem_available():
