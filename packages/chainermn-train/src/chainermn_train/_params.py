@@ -1,9 +1,6 @@
 """Helpers on a link's parameters and persistents shared by the optimizer and extensions."""
 
-import numpy
-
-__all__ = ['param_signature', 'sorted_params', 'iter_persistents', 'snapshot_persistents',
-           'restore_persistents']
+__all__ = ['param_signature', 'sorted_params', 'iter_persistents']
 
 
 def sorted_params(link):
@@ -31,27 +28,3 @@ def iter_persistents(link):
             items.append((path, owner, attr, owner.__dict__.get(attr)))
     items.sort(key=lambda t: t[0])
     return items
-
-
-def _copy(value):
-    if value is None or isinstance(value, (int, float, bool, str)):
-        return value
-    if hasattr(value, 'copy'):
-        return value.copy()
-    return value
-
-
-def snapshot_persistents(link):
-    """Return a copy of every persistent value of ``link`` (to undo a forward pass's side effects)."""
-    return [(owner, attr, _copy(value)) for _, owner, attr, value in iter_persistents(link)]
-
-
-def restore_persistents(snapshot):
-    """Put back the persistent values saved by :func:`snapshot_persistents`."""
-    for owner, attr, value in snapshot:
-        current = owner.__dict__.get(attr)
-        if (isinstance(value, numpy.ndarray) and isinstance(current, numpy.ndarray)
-                and current.shape == value.shape and current.dtype == value.dtype):
-            current[...] = value
-        else:
-            setattr(owner, attr, value)
