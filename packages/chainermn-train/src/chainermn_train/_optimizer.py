@@ -124,8 +124,24 @@ class MultiNodeOptimizer:
 
     def _mn_bcast_params(self):
         target = self.actual_optimizer.target
+        sig = _params.param_signature(target)
+        self._mn_check_same_model(sig)
         self.communicator.bcast_data(target)
-        self.__dict__['_mn_synced_sig'] = _params.param_signature(target)
+        self.__dict__['_mn_synced_sig'] = sig
+
+    def _mn_check_same_model(self, sig):
+        """Raise ValueError on every rank unless every rank holds rank 0's parameters."""
+        comm = self.communicator
+        root_sig = comm.bcast_obj(sig)
+        differing = comm.allreduce_obj(int(sig != root_sig))
+        if differing:
+            raise ValueError(
+                'rank {}: {} of the {} ranks of the multi-node optimizer\'s communicator hold other '
+                'parameters than its rank 0 (this rank: {}). It averages gradients over ranks '
+                'that hold the same model: create it on a communicator of exactly those ranks (for '
+                'model parallelism the ranks that hold the same part, e.g. '
+                'comm.split(part_index, comm.rank))'.format(
+                    comm.rank, differing, comm.size, _params.describe_difference(sig, root_sig)))
 
     def _mn_params_created(self):
         """Return True when the initialised parameters changed since the last broadcast."""

@@ -1,6 +1,6 @@
 """Helpers on a link's parameters and persistents shared by the optimizer and extensions."""
 
-__all__ = ['param_signature', 'sorted_params', 'iter_persistents']
+__all__ = ['param_signature', 'describe_difference', 'sorted_params', 'iter_persistents']
 
 
 def sorted_params(link):
@@ -17,6 +17,21 @@ def param_signature(link):
         else:
             sig.append((name, tuple(p.array.shape), p.array.dtype.str))
     return tuple(sig)
+
+
+def describe_difference(mine, theirs):
+    """Return where the signature ``mine`` first differs from ``theirs`` (rank 0's), in words."""
+    def fmt(entry):
+        name, shape, dtype = entry
+        return '{} uninitialised'.format(name) if shape is None else '{} {} {}'.format(
+            name, shape, dtype)
+
+    if mine == theirs:
+        return 'the same as rank 0'
+    for a, b in zip(mine, theirs):
+        if a != b:
+            return 'has {} where rank 0 has {}'.format(fmt(a), fmt(b))
+    return '{} parameters where rank 0 has {}'.format(len(mine), len(theirs))
 
 
 def iter_persistents(link):

@@ -2,6 +2,7 @@
 
 import copy
 import os
+import re
 import sys
 
 import chainer
@@ -160,3 +161,23 @@ def test_double_buffering_trajectory():
             numpy.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12,
                                           err_msg='iteration {} param {}'.format(k, name))
     mopt.finish()
+
+
+def test_different_models_on_the_ranks_raise_everywhere():
+    """Two ranks holding different parts of a model have nothing to average: a clear error."""
+    comm = _common.comm()
+    model = _common.MLP(4, n_hidden=5 if comm.rank == 0 else 6)
+    opt = chainermn_train.create_multi_node_optimizer(chainer.optimizers.SGD(), comm)
+    if comm.size == 1:
+        opt.setup(model)
+        return
+    with pytest.raises(ValueError, match=r'(?s)hold other parameters than its rank 0.*'
+                                         r'comm.split\(part_index') as e:
+        opt.setup(model)
+    if comm.rank == 0:
+        assert 'this rank: the same as rank 0' in str(e.value)
+    else:
+        assert re.search(r'has /l1/W \(6, 4\) <f[48] where rank 0 has /l1/W \(5, 4\) <f[48]',
+                         str(e.value)), str(e.value)
+    # The ranks are still in step: the same communicator works afterwards.
+    assert comm.allreduce_obj(1) == comm.size
