@@ -178,3 +178,48 @@ def test_update_without_lossfun_after_a_lazy_forward():
         assert [c.calls for c in counted] == [k] * len(counted)
         assert opt.t == (k if model_comm.rank == 0 else k - 1)
         assert_same_in(data_comm, model, 'after update {}'.format(k))
+
+
+class Holder:
+    """What a snapshot holds here: the model (first, so lazy parameters exist) and the updater."""
+
+    def __init__(self, model, updater):
+        self.model = model
+        self.updater = updater
+
+    def serialize(self, serializer):
+        self.model.serialize(serializer['model'])
+        self.updater.serialize(serializer['updater'])
+
+
+def _training(data_comm, model_comm, seed):
+    numpy.random.seed(seed + RANK)
+    model, counted = make_part(model_comm)
+    loss = Loss(model, model_comm.rank == 0)
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(alpha=0.01), data_comm)
+    opt.setup(loss)
+    train, _ = datasets(data_comm, model_comm)
+    updater = training.StandardUpdater(chainer.iterators.SerialIterator(train, BATCH, shuffle=False),
+                                       opt)
+    return Holder(loss, updater), counted, opt
+
+
+def test_resume_from_a_checkpoint_runs_the_forward_once(tmp_path):
+    """After maybe_load the lazy parameters exist and are in step: the next update updates."""
+    data_comm, model_comm = make_comms()
+    first, _, opt = _training(data_comm, model_comm, seed=50)
+    for _ in range(3):
+        first.updater.update()
+    t = opt.t
+    cp = chainermn.create_multi_node_checkpointer('fw', COMM, path=str(tmp_path))
+    cp.save(first, iteration=3)
+    again, counted, opt2 = _training(data_comm, model_comm, seed=70)   # other initial values
+    assert chainermn.create_multi_node_checkpointer('fw', COMM, path=str(tmp_path)).maybe_load(
+        again, opt2) == 3
+    assert opt2.t == t
+    for name, p in again.model.namedparams():
+        assert numpy.array_equal(p.array, dict(first.model.namedparams())[name].array)
+    again.updater.update()
+    assert [c.calls for c in counted] == [1] * len(counted)
+    assert opt2.t == t + 1   # not skipped: the parameters came from the snapshot, not the forward
+    assert_same_in(data_comm, again.model, 'after the update that follows the resume')
