@@ -32,6 +32,8 @@ def _first_line(text, width=240):
     """Return the first line of an error and the line naming the difference, shortened."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     keep = lines[:1] + [line for line in lines[1:] if line.startswith(('First difference', 'Invalid input'))]
+    if len(keep) == 1:  # no single difference to name (e.g. different calls): show every rank's call
+        keep += [line for line in lines[1:] if line.startswith('rank ') and 'collective call #' in line]
     text = ' / '.join(keep)
     return text if len(text) <= width else text[:width - 3] + '...'
 
