@@ -77,6 +77,20 @@ def test_srun_pmi2_collectives(cluster, nodes, ranks):
     assert sorted(v for d in rows for v in d['scatter']) == list(range(12))
 
 
+def test_doctor_under_srun(cluster):
+    """`python -m chainermn doctor` under srun reports the allocation and the PMI in use."""
+    rc, out, err, logs = _step(cluster, ['--mpi=pmi2', '-N', '2', '-n', '4', '--ntasks-per-node',
+                                         '2', sys.executable, '-m', 'chainermn', 'doctor',
+                                         '--no-cuda-aware-check'])
+    assert rc == 0, out + err + logs
+    table = ' '.join(out.split())
+    for part in ('slurm allocation INFO job', '2 node(s) node[1-2], tasks per node 2(x2), 4 task(s)',
+                 'ranks here: 4 (node1 x2, node2 x2)', 'PMI-2 server of srun --mpi=pmi2',
+                 'slurm launcher OK MPICH under srun --mpi=pmi2 with the OFI netmod',
+                 'inter_size=2 node(s)'):
+        assert part in table, out
+
+
 def _pmi1(cluster, *lengths):
     """Run jobs/pmi1_line.py on 2 nodes x 1; return ({rank: {what: reply}}, slurmd logs)."""
     rc, out, err, logs = _step(cluster, ['--mpi=pmi2', '-N', '2', '-n', '2', '-l', sys.executable,
