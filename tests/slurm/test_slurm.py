@@ -6,8 +6,11 @@ namespaces cannot be made (not root, no CAP_SYS_ADMIN/CAP_NET_ADMIN).
 
 import json
 import os
+import re
 import sys
+import time
 
+import numpy
 import pytest
 
 from chainermn.slurm import NamespaceError, SlurmError, local_cluster
@@ -89,6 +92,79 @@ def test_doctor_under_srun(cluster):
                  'slurm launcher OK MPICH under srun --mpi=pmi2 with the OFI netmod',
                  'inter_size=2 node(s)'):
         assert part in table, out
+
+
+TRAIN = os.path.join(os.path.dirname(HERE), 'faults', 'jobs', 'job_train.py')
+GATE = 13
+
+
+def _wait(cond, seconds, what):
+    """Poll ``cond()`` until it returns a true value; fail naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail('timed out after {} s waiting for {}'.format(seconds, what))
+
+
+def _job_field(cluster, job, name):
+    out = cluster.run(['scontrol', 'show', 'job', job]).stdout.decode(errors='replace')
+    m = re.search(r'\b{}=(\S+)'.format(name), out)
+    return m.group(1) if m else None
+
+
+def _params(path):
+    with numpy.load(path) as f:
+        return {k: f[k].copy() for k in f.files}
+
+
+def test_sbatch_requeue_resumes_bitwise(cluster, tmp_path):
+    """sbatch --requeue, scontrol requeue mid-training: exit 75, restarted, resumed, same result."""
+    ref = tmp_path / 'ref'
+    rc, out, err, logs = _step(cluster, ['--mpi=pmi2', '-N', '2', '-n', '2', '--ntasks-per-node', '1',
+                                         sys.executable, TRAIN, str(ref), '30'])
+    assert rc == 0, out + err + logs
+    work = tmp_path / 'run'
+    work.mkdir()
+    script = work / 'job.sh'
+    script.write_text('#!/bin/sh\n'
+                      'EXTRA="--gate {} --cp-every 2"\n'
+                      '[ "${{SLURM_RESTART_COUNT:-0}}" = 0 ] || EXTRA="--cp-every 2"\n'
+                      'echo "restart=${{SLURM_RESTART_COUNT:-0}}"\n'
+                      'exec srun --mpi=pmi2 {} {} {} 30 $EXTRA\n'.format(GATE, sys.executable, TRAIN, work))
+    script.chmod(0o755)
+    out_file = work / 'out.txt'
+    proc = cluster.run(['sbatch', '--parsable', '--requeue', '-N', '2', '-n', '2', '--ntasks-per-node',
+                        '1', '--open-mode=append', '-o', str(out_file), str(script)], cwd=str(work))
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.decode().strip().split(';')[0]
+    _wait(lambda: all((work / 'pid.{}'.format(r)).exists() for r in range(2)), 180,
+          'both ranks at iteration {} (output: {})'.format(GATE, out_file))
+    start = time.monotonic()
+    assert cluster.run(['scontrol', 'requeue', job]).returncode == 0
+    # Slurm makes a requeued batch job eligible only ~2 minutes later; start it now.
+    _wait(lambda: _job_field(cluster, job, 'JobState') == 'PENDING', 120, 'job {} pending'.format(job))
+    assert cluster.run(['scontrol', 'update', 'JobId=' + job, 'StartTime=now']).returncode == 0
+    state = _wait(lambda: _job_field(cluster, job, 'JobState') in ('COMPLETED', 'FAILED', 'CANCELLED')
+                  and _job_field(cluster, job, 'JobState'), 300, 'job {} to finish'.format(job))
+    _TIMES['requeue to finished'] = time.monotonic() - start
+    text = out_file.read_text()
+    assert state == 'COMPLETED', text
+    assert _job_field(cluster, job, 'Restarts') == '1'
+    first, second = text.split('restart=1')
+    assert 'restart=0' in first
+    for r in range(2):
+        assert 'rank {}: preempted (this rank received SIGTERM); all ranks stop at iteration {}; ' \
+               'checkpoint written; exiting with status 75'.format(r, GATE) in first, text
+        assert 'FAULT-RESUMED-AT rank={} iteration={}'.format(r, GATE) in second, text
+        assert 'FAULT-TRAIN-DONE rank={} iteration=30'.format(r) in second, text
+    assert 'Exited with exit code 75' in first
+    got, want = _params(str(work / 'final.npz')), _params(str(ref / 'final.npz'))
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert numpy.array_equal(got[k], want[k]), k
 
 
 def _pmi1(cluster, *lengths):
