@@ -13,7 +13,7 @@ import time
 import numpy
 import pytest
 
-from chainermn.slurm import NamespaceError, SlurmError, local_cluster
+from chainermn.slurm import HEAD_ADDR, NamespaceError, SlurmError, local_cluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = os.path.join(HERE, 'jobs')
@@ -53,20 +53,14 @@ def test_daemons_up(cluster):
     assert sorted(out.split()) == ['node1', 'node2']
 
 
-@pytest.mark.parametrize('nodes, ranks', [(2, 2), (2, 4), (1, 2)])
-def test_srun_pmi2_collectives(cluster, nodes, ranks):
-    """The project's first calls after `import chainer` work under srun --mpi=pmi2, with values."""
+def _check_collectives(out, nodes, ranks, netmod):
+    """Assert the JSON lines jobs/collectives.py printed: layout and every value."""
+    lines = [line for line in out.splitlines() if line.startswith('RESULTS ')]
+    assert len(lines) == 1, out
+    rows = sorted(json.loads(lines[0][len('RESULTS '):]), key=lambda d: d['rank'])
+    assert [d['rank'] for d in rows] == list(range(ranks)), out
     per_node = ranks // nodes
-    rc, out, err, logs = _step(cluster, ['--mpi=pmi2', '-N', str(nodes), '-n', str(ranks),
-                                         '--ntasks-per-node', str(per_node), sys.executable,
-                                         os.path.join(JOBS, 'collectives.py')])
-    assert rc == 0, 'srun exit {}\n{}\n{}\nslurmd logs:\n{}'.format(rc, out, err, logs)
-    assert 'value not properly terminated' not in logs
-    rows = sorted((json.loads(line) for line in out.splitlines() if line.startswith('{')),
-                  key=lambda d: d['rank'])
-    assert [d['rank'] for d in rows] == list(range(ranks)), out + err
-    hosts = sorted({d['host'] for d in rows})
-    assert hosts == ['node{}'.format(i) for i in range(1, nodes + 1)]
+    assert sorted({d['host'] for d in rows}) == ['node{}'.format(i) for i in range(1, nodes + 1)]
     tri = ranks * (ranks + 1) / 2
     for d in rows:
         assert d['size'] == ranks
@@ -76,8 +70,34 @@ def test_srun_pmi2_collectives(cluster, nodes, ranks):
         assert d['allreduce'] == [i * tri for i in range(4)]
         assert d['bcast_W'] == 7.0                       # rank 0's weights everywhere
         assert d['mean_grad'] == pytest.approx(tri / ranks)
-        assert d['netmod'] == 'ofi'                      # the workaround chainermn_comm applied
+        assert d['netmod'] == netmod
     assert sorted(v for d in rows for v in d['scatter']) == list(range(12))
+
+
+@pytest.mark.parametrize('nodes, ranks', [(2, 2), (2, 4), (1, 2)])
+def test_srun_pmi2_collectives(cluster, nodes, ranks):
+    """The project's first calls after `import chainer` work under srun --mpi=pmi2, with values."""
+    start = time.monotonic()
+    rc, out, err, logs = _step(cluster, ['--mpi=pmi2', '-N', str(nodes), '-n', str(ranks),
+                                         '--ntasks-per-node', str(ranks // nodes), sys.executable,
+                                         os.path.join(JOBS, 'collectives.py')])
+    _TIMES['srun {}x{}'.format(nodes, ranks // nodes)] = time.monotonic() - start
+    assert rc == 0, 'srun exit {}\n{}\n{}\nslurmd logs:\n{}'.format(rc, out, err, logs)
+    assert 'value not properly terminated' not in logs
+    _check_collectives(out, nodes, ranks, 'ofi')         # the workaround chainermn_comm applied
+
+
+def test_hydra_mpiexec_inside_salloc(cluster):
+    """Hydra's mpiexec in an allocation (proxies started by srun) keeps UCX and works."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    if not os.access(mpiexec, os.X_OK):
+        pytest.skip('no mpiexec next to {}'.format(sys.executable))
+    proc = cluster.run(['salloc', '-N', '2', '-n', '4', mpiexec, '-localhost', HEAD_ADDR, '-n', '4',
+                        '-ppn', '2', sys.executable, os.path.join(JOBS, 'collectives.py')],
+                       cwd=HERE, timeout=STEP_TIMEOUT)
+    out = proc.stdout.decode(errors='replace')
+    assert proc.returncode == 0, out + proc.stderr.decode(errors='replace')
+    _check_collectives(out, 2, 4, None)
 
 
 def test_doctor_under_srun(cluster):

@@ -1,4 +1,4 @@
-"""Run under srun: the first chainermn calls after `import chainer`, one JSON line of results per rank."""
+"""Run under srun/mpiexec: the first chainermn calls after `import chainer`; rank 0 prints all results as one JSON line."""
 
 import json
 import os
@@ -23,7 +23,7 @@ for p in model.params():
 comm.multi_node_mean_grad(model)
 
 data = chainermn.scatter_dataset(list(range(12)) if r == 0 else None, comm)
-print(json.dumps({
+mine = {
     'rank': r, 'size': n, 'host': socket.gethostname(),
     'intra_rank': comm.intra_rank, 'intra_size': comm.intra_size,
     'inter_rank': comm.inter_rank, 'inter_size': comm.inter_size,
@@ -31,4 +31,7 @@ print(json.dumps({
     'bcast_W': float(model.W.array.mean()), 'mean_grad': float(model.W.grad.mean()),
     'scatter': [int(v) for v in data],
     'netmod': os.environ.get('MPIR_CVAR_CH4_NETMOD'),
-}), flush=True)
+}
+everyone = comm.gather_obj(mine)   # one line from rank 0: launchers may interleave ranks' output
+if r == 0:
+    print('RESULTS ' + json.dumps(everyone), flush=True)
