@@ -164,8 +164,11 @@ def test_sbatch_requeue_resumes_bitwise(cluster, tmp_path):
           'both ranks at iteration {} (output: {})'.format(GATE, out_file))
     start = time.monotonic()
     assert cluster.run(['scontrol', 'requeue', job]).returncode == 0
-    # Slurm makes a requeued batch job eligible only ~2 minutes later; start it now.
-    _wait(lambda: _job_field(cluster, job, 'JobState') == 'PENDING', 120, 'job {} pending'.format(job))
+    # Slurm makes a requeued batch job eligible only ~2 minutes later; start it as soon as the
+    # nodes have finished the first run (earlier, the new run meets the revoked credential).
+    _wait(lambda: _job_field(cluster, job, 'JobState') == 'PENDING' and
+          set(cluster.daemons.node_states().values()) == {'idle'}, 120,
+          'job {} pending on idle nodes'.format(job))
     assert cluster.run(['scontrol', 'update', 'JobId=' + job, 'StartTime=now']).returncode == 0
     state = _wait(lambda: _job_field(cluster, job, 'JobState') in ('COMPLETED', 'FAILED', 'CANCELLED')
                   and _job_field(cluster, job, 'JobState'), 300, 'job {} to finish'.format(job))
