@@ -7,6 +7,7 @@ namespaces cannot be made (not root, no CAP_SYS_ADMIN/CAP_NET_ADMIN).
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -219,6 +220,38 @@ def test_slurm_pmi1_reads_at_most_1024_bytes(cluster):
         # it is dropped (the job hangs) or the fence completes without the value
         assert r['barrier'] == 'none' or (r['get0'], r['get1']) == ('intact', 'lost'), cut
     assert 'value not properly terminated in client request' in logs
+
+
+def test_node_down_mid_job_ends_it_naming_the_node(cluster, tmp_path):
+    """scontrol update State=DOWN on a node mid-training ends the step within the watchdog bound."""
+    watchdog = 60
+    cmd = cluster.namespaces.command('head', [
+        cluster.daemons.programs['srun'], '--mpi=pmi2', '-N', '2', '-n', '2', '--ntasks-per-node', '1',
+        sys.executable, TRAIN, str(tmp_path), '100000', '--gate', '5', '--cp-every', '1000'],
+        cwd=str(tmp_path))
+    env = dict(os.environ, CHAINERMN_TIMEOUT=str(watchdog), **cluster.daemons.env())
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    try:
+        _wait(lambda: all((tmp_path / 'pid.{}'.format(r)).exists() for r in range(2)) or
+              proc.poll() is not None, 180, 'both ranks training')
+        assert proc.poll() is None, proc.communicate()[0].decode(errors='replace')
+        start = time.monotonic()
+        assert cluster.run(['scontrol', 'update', 'NodeName=node2', 'State=DOWN',
+                            'Reason=chainermn-test']).returncode == 0
+        out = proc.communicate(timeout=STEP_TIMEOUT)[0].decode(errors='replace')
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        cluster.run(['scontrol', 'update', 'NodeName=node2', 'State=RESUME'])
+    _TIMES['node down to job end'] = took
+    assert proc.returncode != 0, out
+    assert took < watchdog, out
+    assert 'Node failure on node2' in out and 'DUE TO NODE FAILURE' in out, out
+    assert 'FAULT-TRAIN-DONE' not in out
+    cluster.daemons.wait_idle(120)
 
 
 def teardown_module(module):
