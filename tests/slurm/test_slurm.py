@@ -54,14 +54,14 @@ def test_daemons_up(cluster):
     assert sorted(out.split()) == ['node1', 'node2']
 
 
-def _check_collectives(out, nodes, ranks, netmod):
-    """Assert the JSON lines jobs/collectives.py printed: layout and every value."""
+def _check_collectives(out, nodes, ranks, netmod, first=1):
+    """Assert what jobs/collectives.py printed: layout and every value (nodes named from ``first``)."""
     lines = [line for line in out.splitlines() if line.startswith('RESULTS ')]
     assert len(lines) == 1, out
     rows = sorted(json.loads(lines[0][len('RESULTS '):]), key=lambda d: d['rank'])
     assert [d['rank'] for d in rows] == list(range(ranks)), out
     per_node = ranks // nodes
-    assert sorted({d['host'] for d in rows}) == ['node{}'.format(i) for i in range(1, nodes + 1)]
+    assert sorted({d['host'] for d in rows}) == ['node{}'.format(i) for i in range(first, first + nodes)]
     tri = ranks * (ranks + 1) / 2
     for d in rows:
         assert d['size'] == ranks
