@@ -1,12 +1,13 @@
 """``python -m chainermn cluster --slurm``: Slurm on the namespace cluster, the job through srun."""
 
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from test_slurm import JOBS, _check_collectives
+from test_slurm import JOBS, TRAIN, _check_collectives, _wait
 
 CLI = [sys.executable, '-m', 'chainermn', 'cluster', '--slurm']
 
@@ -49,3 +50,28 @@ def test_cluster_slurm_runs_the_job_through_srun(ranks_per_node):
 def test_cluster_slurm_passes_the_job_status_on():
     proc = _run(['--nodes', '2', '--', sys.executable, '-c', 'import sys; sys.exit(3)'])
     assert proc.returncode == 3, proc.stderr
+
+
+def test_cluster_slurm_sigterm_reaches_the_ranks(tmp_path):
+    """SIGTERM to the command goes to every rank (scancel --signal): checkpoint, exit 75, all removed."""
+    before = set(_ours())
+    proc = subprocess.Popen(CLI + ['--nodes', '2', '--', sys.executable, TRAIN, str(tmp_path), '100000',
+                                   '--gate', '5', '--cp-every', '1000'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        _wait(lambda: all((tmp_path / 'pid.{}'.format(r)).exists() for r in range(2)) or
+              proc.poll() is not None, 180, 'both ranks at iteration 5')
+        if proc.poll() == 2:
+            pytest.skip(proc.communicate()[0].strip().splitlines()[-1])
+        assert proc.poll() is None, proc.communicate()[0]
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 75, out
+    for r in range(2):
+        assert 'rank {}: preempted (this rank received SIGTERM); all ranks stop at iteration 5'.format(r) in out
+    assert set(_ours()) <= before, 'Slurm daemons left running'

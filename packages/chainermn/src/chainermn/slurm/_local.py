@@ -70,7 +70,8 @@ class Namespaces:
         self._unshare = {}   # name -> Popen of unshare
         self.init_pid = {}   # name -> host PID of the namespace's init
 
-    def _make(self, name, flags):
+    def make(self, name, flags):
+        """Start namespace ``name`` with unshare ``flags`` (plus a PID namespace's init); wait for it."""
         proc = subprocess.Popen(['unshare'] + flags + ['--fork', '--mount-proc', '--propagation',
                                                       'private', sys.executable, '-c', _INIT],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -88,7 +89,8 @@ class Namespaces:
             time.sleep(0.01)
         raise NamespaceError('unshare started no init within 20 s')
 
-    def _sh(self, name, ns_flags, script):
+    def sh(self, name, ns_flags, script):
+        """Run ``sh -ec script`` in the nsenter ``ns_flags`` namespaces of ``name``; raise on failure."""
         proc = subprocess.run(['nsenter', '-t', str(self.init_pid[name])] + ns_flags + ['sh', '-ec', script],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if proc.returncode != 0:
@@ -99,17 +101,17 @@ class Namespaces:
         """Make the head (bridge) and every node (veth on the bridge); raise NamespaceError if impossible."""
         _tools()
         try:
-            self._make('head', ['--net', '--uts', '--mount', '--pid'])
-            self._sh('head', ['-u'], 'hostname head')
-            self._sh('head', ['-n'], 'ip link set lo up; ip link add br0 type bridge; '
+            self.make('head', ['--net', '--uts', '--mount', '--pid'])
+            self.sh('head', ['-u'], 'hostname head')
+            self.sh('head', ['-n'], 'ip link set lo up; ip link add br0 type bridge; '
                      'ip addr add {}/24 dev br0; ip link set br0 up'.format(HEAD_ADDR))
             for i, name in enumerate(self.names[1:], 1):
-                self._make(name, ['--net', '--uts', '--ipc', '--mount', '--pid'])
-                self._sh(name, ['-u'], 'hostname ' + name)
-                self._sh(name, ['-m'], 'mount -t tmpfs shm /dev/shm; mount -t tmpfs cgroup /sys/fs/cgroup')
-                self._sh('head', ['-n'], 'ip link add v{0} type veth peer name eth0 netns {1}; '
+                self.make(name, ['--net', '--uts', '--ipc', '--mount', '--pid'])
+                self.sh(name, ['-u'], 'hostname ' + name)
+                self.sh(name, ['-m'], 'mount -t tmpfs shm /dev/shm; mount -t tmpfs cgroup /sys/fs/cgroup')
+                self.sh('head', ['-n'], 'ip link add v{0} type veth peer name eth0 netns {1}; '
                          'ip link set v{0} master br0 up'.format(name, self.init_pid[name]))
-                self._sh(name, ['-n'], 'ip link set lo up; ip addr add {}/24 dev eth0; '
+                self.sh(name, ['-n'], 'ip link set lo up; ip addr add {}/24 dev eth0; '
                          'ip link set eth0 up'.format(node_addr(i)))
         except BaseException:
             self.stop()

@@ -31,8 +31,8 @@ class SlurmOnCluster:
         """Start the head namespace, the cgroup tmpfs on every node and every daemon; return timings."""
         find_slurm()
         c = self.cluster
-        self._head._make('head', ['--uts', '--mount', '--pid'])
-        self._head._sh('head', ['-u'], 'hostname head')
+        self._head.make('head', ['--uts', '--mount', '--pid'])
+        self._head.sh('head', ['-u'], 'hostname head')
         for node in c.nodes:
             proc = c.run(node, ['mount', '-t', 'tmpfs', 'cgroup', '/sys/fs/cgroup'])
             if proc.returncode != 0:
