@@ -2,6 +2,7 @@
 
 import contextlib
 import shutil
+import socket
 import subprocess
 import tempfile
 
@@ -39,7 +40,9 @@ class SlurmOnCluster:
                 raise RuntimeError('cannot mount a tmpfs over /sys/fs/cgroup on {}: {}'.format(
                     node.hostname, proc.stderr))
         nodes = [Node(n.hostname, n.address) for n in c.nodes]
-        files = write_config(self.root, nodes, head='head', head_addr=c.head_address)
+        # slurmctld shares this machine's network: a free port, so clusters (and a real Slurm) coexist
+        files = write_config(self.root, nodes, head='head', head_addr=c.head_address,
+                             ctld_port=_free_port())
         by_name = {n.hostname: n for n in c.nodes}
         self.daemons = SlurmDaemons(
             files, nodes, lambda argv, **kw: self._head.run('head', argv, **kw),
@@ -78,6 +81,12 @@ class SlurmOnCluster:
         self._head.stop()
         if self._made_root:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('', 0))
+        return s.getsockname()[1]
 
 
 def _as_bytes_run(cluster, node, argv, env=None, timeout=120, **kw):
