@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from test_slurm import JOBS, TRAIN, _check_collectives, _wait
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from slurm_helpers import JOBS, TRAIN, check_collectives, wait  # noqa: E402
 
 CLI = [sys.executable, '-m', 'chainermn', 'cluster', '--slurm']
 
@@ -42,7 +43,7 @@ def test_cluster_slurm_runs_the_job_through_srun(ranks_per_node):
                  os.path.join(JOBS, 'collectives.py')])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert 'srun --mpi=pmi2' in proc.stderr
-    _check_collectives(proc.stdout, 2, 2 * ranks_per_node, 'ofi', first=0)
+    check_collectives(proc.stdout, 2, 2 * ranks_per_node, 'ofi', first=0)
     assert set(_ours()) <= before, 'Slurm daemons left running'
     assert {d for d in os.listdir('/tmp') if d.startswith('chainermn-slurm-')} <= dirs
 
@@ -60,7 +61,7 @@ def test_cluster_slurm_sigterm_reaches_the_ranks(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL)
     try:
-        _wait(lambda: all((tmp_path / 'pid.{}'.format(r)).exists() for r in range(2)) or
+        wait(lambda: all((tmp_path / 'pid.{}'.format(r)).exists() for r in range(2)) or
               proc.poll() is not None, 180, 'both ranks at iteration 5')
         if proc.poll() == 2:
             pytest.skip(proc.communicate()[0].strip().splitlines()[-1])

@@ -4,7 +4,6 @@ Skips (naming why) where Slurm is not installed (`bash scripts/install_slurm.sh`
 namespaces cannot be made (not root, no CAP_SYS_ADMIN/CAP_NET_ADMIN).
 """
 
-import json
 import os
 import re
 import subprocess
@@ -16,8 +15,9 @@ import pytest
 
 from chainermn.slurm import HEAD_ADDR, NamespaceError, SlurmError, local_cluster
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-JOBS = os.path.join(HERE, 'jobs')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from slurm_helpers import HERE, JOBS, TRAIN, check_collectives, wait  # noqa: E402
+
 #: Hard bound on one job step: it is there for hangs, not for speed.
 STEP_TIMEOUT = 300
 
@@ -54,27 +54,6 @@ def test_daemons_up(cluster):
     assert sorted(out.split()) == ['node1', 'node2']
 
 
-def _check_collectives(out, nodes, ranks, netmod, first=1):
-    """Assert what jobs/collectives.py printed: layout and every value (nodes named from ``first``)."""
-    lines = [line for line in out.splitlines() if line.startswith('RESULTS ')]
-    assert len(lines) == 1, out
-    rows = sorted(json.loads(lines[0][len('RESULTS '):]), key=lambda d: d['rank'])
-    assert [d['rank'] for d in rows] == list(range(ranks)), out
-    per_node = ranks // nodes
-    assert sorted({d['host'] for d in rows}) == ['node{}'.format(i) for i in range(first, first + nodes)]
-    tri = ranks * (ranks + 1) / 2
-    for d in rows:
-        assert d['size'] == ranks
-        assert (d['inter_size'], d['intra_size']) == (nodes, per_node)
-        assert d['intra_rank'] == d['rank'] % per_node and d['inter_rank'] == d['rank'] // per_node
-        assert d['sum_ranks'] == ranks * (ranks - 1) // 2
-        assert d['allreduce'] == [i * tri for i in range(4)]
-        assert d['bcast_W'] == 7.0                       # rank 0's weights everywhere
-        assert d['mean_grad'] == pytest.approx(tri / ranks)
-        assert d['netmod'] == netmod
-    assert sorted(v for d in rows for v in d['scatter']) == list(range(12))
-
-
 @pytest.mark.parametrize('nodes, ranks', [(2, 2), (2, 4), (1, 2)])
 def test_srun_pmi2_collectives(cluster, nodes, ranks):
     """The project's first calls after `import chainer` work under srun --mpi=pmi2, with values."""
@@ -85,7 +64,7 @@ def test_srun_pmi2_collectives(cluster, nodes, ranks):
     _TIMES['srun {}x{}'.format(nodes, ranks // nodes)] = time.monotonic() - start
     assert rc == 0, 'srun exit {}\n{}\n{}\nslurmd logs:\n{}'.format(rc, out, err, logs)
     assert 'value not properly terminated' not in logs
-    _check_collectives(out, nodes, ranks, 'ofi')         # the workaround chainermn_comm applied
+    check_collectives(out, nodes, ranks, 'ofi')         # the workaround chainermn_comm applied
 
 
 def test_hydra_mpiexec_inside_salloc(cluster):
@@ -98,7 +77,7 @@ def test_hydra_mpiexec_inside_salloc(cluster):
                        cwd=HERE, timeout=STEP_TIMEOUT)
     out = proc.stdout.decode(errors='replace')
     assert proc.returncode == 0, out + proc.stderr.decode(errors='replace')
-    _check_collectives(out, 2, 4, None)
+    check_collectives(out, 2, 4, None)
 
 
 def test_doctor_under_srun(cluster):
@@ -115,19 +94,7 @@ def test_doctor_under_srun(cluster):
         assert part in table, out
 
 
-TRAIN = os.path.join(os.path.dirname(HERE), 'faults', 'jobs', 'job_train.py')
 GATE = 13
-
-
-def _wait(cond, seconds, what):
-    """Poll ``cond()`` until it returns a true value; fail naming ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail('timed out after {} s waiting for {}'.format(seconds, what))
 
 
 def _job_field(cluster, job, name):
@@ -161,17 +128,17 @@ def test_sbatch_requeue_resumes_bitwise(cluster, tmp_path):
                         '1', '--open-mode=append', '-o', str(out_file), str(script)], cwd=str(work))
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.decode().strip().split(';')[0]
-    _wait(lambda: all((work / 'pid.{}'.format(r)).exists() for r in range(2)), 180,
+    wait(lambda: all((work / 'pid.{}'.format(r)).exists() for r in range(2)), 180,
           'both ranks at iteration {} (output: {})'.format(GATE, out_file))
     start = time.monotonic()
     assert cluster.run(['scontrol', 'requeue', job]).returncode == 0
     # Slurm makes a requeued batch job eligible only ~2 minutes later; start it as soon as the
     # nodes have finished the first run (earlier, the new run meets the revoked credential).
-    _wait(lambda: _job_field(cluster, job, 'JobState') == 'PENDING' and
+    wait(lambda: _job_field(cluster, job, 'JobState') == 'PENDING' and
           set(cluster.daemons.node_states().values()) == {'idle'}, 120,
           'job {} pending on idle nodes'.format(job))
     assert cluster.run(['scontrol', 'update', 'JobId=' + job, 'StartTime=now']).returncode == 0
-    state = _wait(lambda: _job_field(cluster, job, 'JobState') in ('COMPLETED', 'FAILED', 'CANCELLED')
+    state = wait(lambda: _job_field(cluster, job, 'JobState') in ('COMPLETED', 'FAILED', 'CANCELLED')
                   and _job_field(cluster, job, 'JobState'), 300, 'job {} to finish'.format(job))
     _TIMES['requeue to finished'] = time.monotonic() - start
     text = out_file.read_text()
@@ -233,7 +200,7 @@ def test_node_down_mid_job_ends_it_naming_the_node(cluster, tmp_path):
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
     try:
-        _wait(lambda: all((tmp_path / 'pid.{}'.format(r)).exists() for r in range(2)) or
+        wait(lambda: all((tmp_path / 'pid.{}'.format(r)).exists() for r in range(2)) or
               proc.poll() is not None, 180, 'both ranks training')
         assert proc.poll() is None, proc.communicate()[0].decode(errors='replace')
         start = time.monotonic()
