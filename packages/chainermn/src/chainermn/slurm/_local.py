@@ -72,8 +72,12 @@ class Namespaces:
 
     def make(self, name, flags):
         """Start namespace ``name`` with unshare ``flags`` (plus a PID namespace's init); wait for it."""
-        proc = subprocess.Popen(['unshare'] + flags + ['--fork', '--mount-proc', '--propagation',
-                                                      'private', sys.executable, '-c', _INIT],
+        # If this process dies without stop() (SIGKILL), setpriv's death signal kills unshare and
+        # unshare's --kill-child kills the namespace's init: nothing of the cluster outlives us.
+        guard = ['setpriv', '--pdeathsig', 'SIGKILL'] if shutil.which('setpriv') else []
+        proc = subprocess.Popen(guard + ['unshare'] + flags + ['--fork', '--kill-child=SIGKILL',
+                                                              '--mount-proc', '--propagation', 'private',
+                                                              sys.executable, '-c', _INIT],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
         self._unshare[name] = proc
