@@ -53,7 +53,8 @@ def slurm_rows(lib, size, hosts, env=None):
         if (a['netmod'] or '').lower() == 'ofi':
             rows.append(Row('slurm launcher', OK, 'MPICH under srun --mpi=pmi2 with the OFI netmod '
                             '(MPIR_CVAR_CH4_NETMOD=ofi): its PMI-1 lines stay under Slurm\'s '
-                            '1024-byte limit'))
+                            '1024-byte limit. chainermn sets it when imported before mpi4py.MPI; a '
+                            'script that imports mpi4py.MPI first must export it itself'))
         else:
             rows.append(Row('slurm launcher', WARN, 'MPICH under srun --mpi=pmi2 with the {} '
                             'netmod: Slurm reads PMI-1 requests in 1024-byte pieces and UCX\'s '
