@@ -5,7 +5,7 @@ import time
 
 import numpy
 
-from chainermn.doctor import _facts, _gpu, _launch, _mpi
+from chainermn.doctor import _facts, _gpu, _launch, _mpi, _slurm
 from chainermn.doctor._report import FAIL, INFO, OK, SKIP, WARN, Row
 
 __all__ = ['run_all']
@@ -223,6 +223,8 @@ def run_all(MPI, timeout=60.0, cuda_aware=True):
     hosts = _by_host(facts)
     rows.append(Row('ranks / hosts', INFO, '{} rank(s) on {} host(s): {}'.format(
         size, len(hosts), ', '.join('{} [{}]'.format(h, _ranges(r)) for h, r in hosts.items()))))
+    if rank == 0:
+        rows += _slurm.slurm_rows(lib, size, hosts)
     layout = comm.allgather_obj((comm.intra_rank, comm.intra_size, comm.inter_rank, comm.inter_size))
     simulated = os.environ.get('CHAINERMN_RANKS_PER_NODE')
     nodes = {}
