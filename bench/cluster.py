@@ -18,8 +18,9 @@ and ``cluster.png`` (time against link rate) into ``--out-dir`` and prints the t
 import argparse
 import json
 import os
-import statistics
+import shutil
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -309,9 +310,7 @@ def run(args):
                 for n, k in layouts:
                     if n != nodes:
                         continue
-                    work = os.path.join(args.out_dir, 'jobs', '{}-{}x{}'.format(
-                        'none' if gbit is None else '{:g}'.format(gbit), n, k))
-                    os.makedirs(work, exist_ok=True)
+                    work = tempfile.mkdtemp(prefix='chainermn-bench-{}x{}-'.format(n, k))
                     merged = _allreduce_jobs(cluster, n, k, args, work)
                     result['meta']['jobs']['{} {}x{}'.format(_link_name(gbit), n, k)] = merged['meta']
                     for model, m in merged['models'].items():
@@ -321,6 +320,7 @@ def run(args):
                     if gbit in iter_links:
                         it = _iteration_jobs(cluster, n, k, args, work)
                         result['iteration'].append(_iteration_entry(it, n, k, gbit))
+                    shutil.rmtree(work, ignore_errors=True)
     result['targets'] = _targets(result['allreduce'], result['iteration'])
     result['meta']['loadavg_after'] = os.getloadavg()
     json_path = os.path.join(args.out_dir, 'cluster.json')
@@ -346,7 +346,7 @@ def main(argv=None):
     p.add_argument('--iter-links', default='1', help='link rates at which whole iterations run')
     p.add_argument('--iters', type=int, default=None, help='timed iterations (default 5 full, 2 tiny)')
     p.add_argument('--batch', type=int, default=None,
-                   help='ResNet-50 batch per rank, 64x64 images (default 8 full; tiny: a small ResNet)')
+                   help='ResNet-50 batch per rank, 64x64 images (default 4 full; tiny: a small ResNet)')
     p.add_argument('--timeout', type=float, default=1800, help='hard limit per MPI job, seconds')
     p.add_argument('--no-plot', dest='plot', action='store_false', help='skip the PNG (no matplotlib)')
     p.add_argument('--out-dir', default=os.path.join(HERE, 'cluster_results'))
@@ -356,7 +356,7 @@ def main(argv=None):
     if args.iters is None:
         args.iters = 5 if args.size == 'full' else 2
     if args.batch is None and args.size == 'full':
-        args.batch = 8
+        args.batch = 4
     if args.plot:
         try:
             import matplotlib  # noqa: F401
