@@ -35,9 +35,15 @@ def hosts_text(head_name, head_address, names, addresses):
 def write_netns_hosts(netns, text):
     """Write ``/etc/netns/NETNS/hosts`` (``ip netns exec`` bind-mounts it over /etc/hosts)."""
     d = os.path.join(NETNS_ETC, netns)
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, 'hosts'), 'w') as f:
-        f.write(text)
+    for attempt in range(3):    # another cluster's teardown may remove an empty /etc/netns meanwhile
+        try:
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, 'hosts'), 'w') as f:
+                f.write(text)
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
 
 
 def remove_netns_files(netns):
