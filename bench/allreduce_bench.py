@@ -131,7 +131,8 @@ def run(args):
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     result = {'meta': {'n': size, 'size': args.size, 'rounds': args.rounds, 'warmup': args.warmup,
-                       'mode': 'peer' if args.peer else 'ours', 'mpi': MPI.Get_library_version().strip(),
+                       'mode': 'peer' if args.peer else 'ours', 'grad_scale': args.grad_scale,
+                       'mpi': MPI.Get_library_version().strip(),
                        'chunk_bytes_floor': CHUNK, 'numpy': numpy.__version__,
                        'chunk_bytes_env': os.environ.get('CHAINERMN_CHUNK_BYTES')},
               'models': {}}
@@ -142,7 +143,7 @@ def run(args):
         return only is None or name in only
     for model in args.models.split(','):
         shapes = models.param_shapes(model, args.size)
-        link = models.make_link(shapes, seed=comm.Get_rank())
+        link = models.make_link(shapes, seed=comm.Get_rank(), grad_scale=args.grad_scale)
         nbytes = sum(int(numpy.prod(s)) * 4 for _, s in shapes)
         cont = _floor_contenders(comm, link)
         if args.peer:
@@ -190,6 +191,9 @@ def main():
     p.add_argument('--peer', action='store_true')
     p.add_argument('--only', default=None,
                    help='comma-separated contender names to run (default: all of this mode)')
+    p.add_argument('--grad-scale', type=float, default=1.0,
+                   help='standard deviation of the random gradients (real ones are often 1e-3..1e-6, '
+                        'where float16 casts meet subnormals)')
     p.add_argument('--gloo', action='store_true',
                    help='add PyTorch gloo contenders when torch is importable (ours mode)')
     p.add_argument('--out', required=True)

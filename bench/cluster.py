@@ -86,7 +86,7 @@ def _job(cluster, argv, ranks_per_node, timeout, what):
 def _allreduce_jobs(cluster, nodes, k, args, work):
     tag = '{}x{}'.format(nodes, k)
     common = ['--size', args.size, '--models', args.models, '--rounds', str(args.rounds),
-              '--warmup', str(args.warmup)]
+              '--warmup', str(args.warmup), '--grad-scale', repr(args.grad_scale)]
     ours_out = os.path.join(work, 'ours.json')
     only = [OURS, OURS_FP16, PER_ARRAY, FLOOR] + list(GLOO)
     _job(cluster, [os.path.join(HERE, 'allreduce_bench.py')] + common
@@ -293,7 +293,8 @@ def run(args):
     load = os.getloadavg()
     result = {'meta': {'command': ' '.join([os.path.relpath(sys.executable, ROOT)] + sys.argv),
                        'started_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
-                       'cpu_count': os.cpu_count(), 'loadavg_before': load, 'size': args.size,
+                       'cpu_count': os.cpu_count(), 'grad_scale': args.grad_scale,
+                       'loadavg_before': load, 'size': args.size,
                        'rounds': args.rounds, 'warmup': args.warmup, 'iters': args.iters,
                        'models': args.models.split(','), 'layouts': args.layouts, 'links': args.links,
                        'jobs': {}},
@@ -341,6 +342,9 @@ def main(argv=None):
     p.add_argument('--size', choices=('tiny', 'full'), default='full')
     p.add_argument('--rounds', type=int, default=None, help='timed rounds (default 7 full, 2 tiny)')
     p.add_argument('--warmup', type=int, default=1)
+    p.add_argument('--grad-scale', type=float, default=1.0,
+                   help='standard deviation of the random gradients of the all-reduce runs (float16 '
+                        'casts slow down where values fall below 6.1e-5, float16\'s smallest normal)')
     p.add_argument('--no-iteration', dest='iteration', action='store_false',
                    help='skip the whole-iteration benchmark')
     p.add_argument('--iter-links', default='1', help='link rates at which whole iterations run')
