@@ -1,0 +1,276 @@
+"""Let Chainer 7.8.1 import and run on NumPy 2, Python 3.12+ and setuptools 81+.
+
+``chainermn_precedence.pth`` calls :func:`install` at interpreter start-up.  That only puts a
+finder on ``sys.meta_path``; nothing is imported and nothing changes until a Chainer module
+named in :data:`FIXES` is imported, whichever of ``chainer`` and ``chainermn`` comes first.
+Each fix applies only where what it stands in for is missing (see :func:`status`), so on
+NumPy 1.26 with Python 3.11 and setuptools<81 nothing at all happens:
+
+- ``numpy.sctypes`` (removed in NumPy 2.0), read by ``chainer.functions.array.as_strided``:
+  set to the dict NumPy 1.26 has, before that module runs, only when NumPy lacks it.
+- ``numpy.distutils.system_info`` (gone on Python 3.12 and NumPy 2.5) and ``pkg_resources``
+  (gone from setuptools 81), imported by ``chainer._environment_check``: stand-ins are visible
+  to that module's own ``import`` statements only (its ``__builtins__`` gets an ``__import__``
+  that tries the real module first).  ``sys.modules`` never sees them.
+- NumPy 2 behaviour changes inside Chainer functions our documented API and examples use:
+  see :data:`NUMPY2_FIXES` (each one is listed with its reason in packages/chainermn/README.md).
+"""
+
+import builtins
+import importlib.util
+import sys
+import types
+
+__all__ = ['BEFORE', 'CompatFinder', 'FIXES', 'NUMPY2_FIXES', 'applied', 'install', 'installed',
+           'sctypes_like_1_26', 'status']
+
+
+# ---------------------------------------------------------------------------------------------
+# What is missing (each check imports nothing but NumPy, and NumPy only when asked).
+
+#: What this module has done in this process, in order (module names and 'numpy.sctypes').
+_applied = []
+
+
+def _numpy_lacks_sctypes():
+    import numpy
+    return 'sctypes' not in vars(numpy) or 'numpy.sctypes' in _applied
+
+
+def _module_missing(name):
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _numpy_major():
+    import numpy
+    return int(numpy.__version__.split('.')[0])
+
+
+def applied():
+    """Return what this module has changed in this process so far (a list of names)."""
+    return list(_applied)
+
+
+def status():
+    """Return ``(active, reasons)``: whether Chainer needs this module here, and why (or why not)."""
+    import numpy
+    reasons = []
+    if _numpy_lacks_sctypes():
+        reasons.append('NumPy {} has no numpy.sctypes'.format(numpy.__version__))
+    if _module_missing('numpy.distutils'):
+        reasons.append('no numpy.distutils (Python {}.{}, NumPy {})'.format(
+            sys.version_info[0], sys.version_info[1], numpy.__version__))
+    if _module_missing('pkg_resources'):
+        reasons.append('no pkg_resources (setuptools 81+ or none)')
+    if _numpy_major() >= 2:
+        reasons.append('NumPy 2 semantics: {} Chainer function(s) adjusted'.format(
+            len(NUMPY2_FIXES)))
+    if reasons:
+        return True, reasons
+    return False, ['NumPy {} and Python {}.{} have what Chainer 7.8.1 needs'.format(
+        numpy.__version__, sys.version_info[0], sys.version_info[1])]
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy.sctypes as NumPy 1.26 builds it.
+
+def sctypes_like_1_26(numpy):
+    """Return the ``sctypes`` dict NumPy 1.26 would have on this platform, from ``numpy``'s types."""
+    def sized(kind, sizes):
+        found = []
+        for size in sizes:
+            try:
+                t = numpy.dtype('{}{}'.format(kind, size)).type
+            except TypeError:
+                continue
+            if t not in found:
+                found.append(t)
+        return found
+
+    out = {
+        'int': sized('i', (1, 2, 4, 8, 16, 32, 64)),
+        'uint': sized('u', (1, 2, 4, 8, 16, 32, 64)),
+        'float': sized('f', (2, 4, 8, 10, 12, 16, 32, 64)),
+        'complex': sized('c', (4, 8, 16, 20, 24, 32, 64, 128)),
+        'others': [bool, object, bytes, str, numpy.void],
+    }
+    # NumPy 1.26 also lists the pointer-sized integers where no sized name covers them.
+    intp, uintp = numpy.dtype('p').type, numpy.dtype('P').type
+    if intp not in out['int']:
+        at = sum(1 for t in out['int'] if numpy.dtype(t).itemsize <= numpy.dtype(intp).itemsize)
+        out['int'].insert(at, intp)
+        out['uint'].insert(at, uintp)
+    return out
+
+
+def _add_sctypes():
+    import numpy
+    if 'sctypes' not in vars(numpy):
+        numpy.sctypes = sctypes_like_1_26(numpy)
+        _applied.append('numpy.sctypes')
+
+
+# ---------------------------------------------------------------------------------------------
+# Stand-ins for chainer._environment_check's imports, scoped to that module.
+
+class _DistributionNotFound(Exception):
+    """Raised by the stand-in ``require``: the optional dependency counts as not installed."""
+
+
+def _pkg_resources_stand_in():
+    mod = types.ModuleType('pkg_resources')
+    mod.__doc__ = 'chainermn stand-in for chainer._environment_check only (no pkg_resources here).'
+
+    class ResolutionError(Exception):
+        """Base of the stand-in's errors."""
+
+    class DistributionNotFound(ResolutionError, _DistributionNotFound):
+        """The requirement is treated as not installed."""
+
+    class VersionConflict(ResolutionError):
+        """Never raised by the stand-in."""
+
+    def require(requirement):
+        """Report the optional dependency as absent, so Chainer skips its version warning."""
+        raise DistributionNotFound(requirement)
+
+    def get_distribution(name):
+        """Never reached: ``require`` never raises VersionConflict."""
+        raise DistributionNotFound(name)
+
+    mod.ResolutionError = ResolutionError
+    mod.DistributionNotFound = DistributionNotFound
+    mod.VersionConflict = VersionConflict
+    mod.require = require
+    mod.get_distribution = get_distribution
+    return mod
+
+
+class _NumpyWithDistutils(types.ModuleType):
+    """What ``import numpy.distutils.system_info`` binds: NumPy plus a ``distutils`` stand-in."""
+
+    def __init__(self, numpy):
+        super(_NumpyWithDistutils, self).__init__('numpy')
+        system_info = types.ModuleType('numpy.distutils.system_info')
+        system_info.get_info = lambda name, notfound_action=0: {}  # nothing detected: no warning
+        distutils = types.ModuleType('numpy.distutils')
+        distutils.system_info = system_info
+        self.distutils = distutils
+        self._numpy = numpy
+
+    def __getattr__(self, name):
+        return getattr(self._numpy, name)
+
+
+def _scoped_import(real_import):
+    def __import__(name, globals=None, locals=None, fromlist=(), level=0):
+        try:
+            return real_import(name, globals, locals, fromlist, level)
+        except ImportError:
+            if level != 0:
+                raise
+            if name == 'pkg_resources':
+                return _pkg_resources_stand_in()
+            if name == 'numpy.distutils.system_info' and not fromlist:
+                import numpy
+                return _NumpyWithDistutils(numpy)
+            raise
+    return __import__
+
+
+def _scope_environment_check(module):
+    if not (_module_missing('numpy.distutils') or _module_missing('pkg_resources')):
+        return
+    scoped = dict(vars(builtins))
+    scoped['__import__'] = _scoped_import(builtins.__import__)
+    module.__builtins__ = scoped
+    _applied.append(module.__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy 2 behaviour changes inside Chainer.
+
+#: {module name: (what NumPy 2 changed, function(module) that fixes it)}: applied right after
+#: the module ran, on NumPy 2 only.
+NUMPY2_FIXES = {}
+
+#: {module name: function(module) run before the module's code}: each decides whether it is needed.
+BEFORE = {
+    'chainer.functions.array.as_strided': lambda module: _add_sctypes(),
+    'chainer._environment_check': lambda module: _scope_environment_check(module),
+}
+
+#: Every module name the finder wraps.
+FIXES = frozenset(BEFORE) | frozenset(NUMPY2_FIXES)
+
+
+class _Loader(object):
+    """Run the real loader, with the module's fixes before and after it."""
+
+    def __init__(self, loader, name):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        before = BEFORE.get(self._name)
+        if before is not None:
+            before(module)
+        self._loader.exec_module(module)
+        if self._name in NUMPY2_FIXES and _numpy_major() >= 2:
+            NUMPY2_FIXES[self._name][1](module)
+            _applied.append(self._name)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class CompatFinder(object):
+    """Meta-path finder that wraps the loader of the Chainer modules this module fixes."""
+
+    _chainermn_compat = True
+
+    def find_spec(self, fullname, path=None, target=None):
+        """Return the real spec with a wrapped loader for a fixed module; None for any other."""
+        if fullname not in FIXES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or getattr(finder, '_chainermn_compat', False):
+                continue
+            find = getattr(finder, 'find_spec', None)
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, 'exec_module'):
+                    spec.loader = _Loader(spec.loader, fullname)
+                return spec
+        return None
+
+    def invalidate_caches(self):
+        """Nothing is cached here."""
+
+    def __repr__(self):
+        return 'CompatFinder()'
+
+
+def installed():
+    """Return the installed finder, or None."""
+    for finder in sys.meta_path:
+        if getattr(finder, '_chainermn_compat', False):
+            return finder
+    return None
+
+
+def install():
+    """Put the finder first on ``sys.meta_path`` (once) and return it."""
+    finder = installed()
+    if finder is None:
+        finder = CompatFinder()
+        sys.meta_path.insert(0, finder)
+    return finder
