@@ -21,6 +21,16 @@ if sys.flags.no_site:
     # only records the prefixes (no .pth processing).
     sys.prefix = sys.exec_prefix = _venv
     import site  # noqa: E402,F401
+    # -S also skipped chainermn's compat hook, which Chainer 7.8.1 needs on NumPy 2 / setuptools
+    # 81: load it from the checkout by path (it imports nothing of ours) and install it.
+    import importlib.util  # noqa: E402
+    _spec = importlib.util.spec_from_file_location('_chainermn_compat', os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'packages', 'chainermn', 'src',
+        '_chainermn_compat.py'))
+    _compat = importlib.util.module_from_spec(_spec)
+    sys.modules['_chainermn_compat'] = _compat
+    _spec.loader.exec_module(_compat)
+    _compat.install()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import argparse  # noqa: E402

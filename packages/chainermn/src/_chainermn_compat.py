@@ -193,9 +193,75 @@ def _scope_environment_check(module):
 # ---------------------------------------------------------------------------------------------
 # NumPy 2 behaviour changes inside Chainer.
 
+def _float64_summaries(module):
+    """Make ``chainer.reporter.Summary`` accumulate NumPy floats in float64, as on NumPy 1."""
+    import numpy
+    summary = module.Summary
+    if getattr(summary.add, '_chainermn_compat', False):
+        return
+    add = summary.add
+
+    def add_float64(self, value, weight=1):
+        # NumPy 1 computed a Python-number weight times a float32 scalar (or 0-d array) in
+        # float64, and 0.0 + float32 in float64; NumPy 2 (NEP 50) keeps float32, so the mean
+        # loses digits and E[x^2] - E[x]^2 can go negative (std NaN).  Redo NumPy 1's
+        # promotion for NumPy values; CuPy values are left alone.
+        if _is_numpy_low_float(value):
+            if type(weight) in (int, float):
+                value = numpy.float64(value)
+            if type(self._x) is float:
+                self._x, self._x2 = numpy.float64(self._x), numpy.float64(self._x2)
+        return add(self, value, weight)
+
+    add_float64.__doc__ = add.__doc__
+    add_float64._chainermn_compat = True
+    summary.add = add_float64
+
+
+def _is_numpy_low_float(value):
+    import numpy
+    return (isinstance(value, (numpy.generic, numpy.ndarray)) and value.ndim == 0
+            and value.dtype.kind == 'f' and value.dtype.itemsize < 8)
+
+
+def _numpy1_gradient_clipping(module):
+    """Make ``GradientClipping`` compute its norm and scale as on NumPy 1 (NumPy gradients)."""
+    import numpy
+    clipping = module.GradientClipping
+    if getattr(clipping.__call__, '_chainermn_compat', False):
+        return
+    call = clipping.__call__
+
+    def __call__(self, opt):
+        # NumPy 1: the builtin sum of the float32 dot products (start 0) promoted to float64,
+        # and `grad *= rate` with the float64 rate ran in the gradient's dtype (value-based
+        # casting).  NumPy 2 (NEP 50) sums in float32 and multiplies in float64.
+        params = list(opt.target.params(False))
+        grads = [p.grad for p in params]
+        if not grads or not all(type(g) is numpy.ndarray for g in grads):
+            return call(self, opt)  # CuPy/ChainerX gradients: unchanged
+        sqnorm = builtins.sum((g.ravel().dot(g.ravel()) for g in grads), numpy.float64(0))
+        rate = self.threshold / numpy.sqrt(sqnorm)
+        if rate >= 1:
+            return
+        for grad in grads:
+            grad *= grad.dtype.type(rate)
+
+    __call__.__doc__ = call.__doc__
+    __call__._chainermn_compat = True
+    clipping.__call__ = __call__
+
+
 #: {module name: (what NumPy 2 changed, function(module) that fixes it)}: applied right after
 #: the module ran, on NumPy 2 only.
-NUMPY2_FIXES = {}
+NUMPY2_FIXES = {
+    'chainer.reporter': ('NEP 50 scalar promotion: reporter.Summary (and DictSummary, '
+                         'LogReport, Evaluator results) averaged float32 values in float32',
+                         _float64_summaries),
+    'chainer.optimizer_hooks.gradient_clipping': (
+        'NEP 50 scalar promotion: GradientClipping summed the float32 squared norms of the '
+        'parameters in float32 and scaled the gradients in float64', _numpy1_gradient_clipping),
+}
 
 #: {module name: function(module) run before the module's code}: each decides whether it is needed.
 BEFORE = {
