@@ -24,16 +24,19 @@ fi
 [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" --upgrade pip
-# Chainer 7.8.1 ships only an sdist whose setup.py imports pkg_resources: build it without
-# isolation under setuptools<81 (pip caches the built wheel, so this happens once per machine).
-"${pip[@]}" "setuptools<74" "numpy>=1.26,<2" wheel
-"${pip[@]}" --no-build-isolation "chainer==7.8.1"
-"${pip[@]}" -r scripts/requirements-dev.txt
-if [ "$flavour" = np2 ]; then
+# Chainer 7.8.1 ships only an sdist whose setup.py imports pkg_resources, so it builds only with
+# setuptools<81 (pip caches the built wheel: this happens once per machine).
+if [ "$flavour" = np1 ]; then
+  "${pip[@]}" "setuptools<74" "numpy>=1.26,<2" wheel
+  "${pip[@]}" --no-build-isolation "chainer==7.8.1"
+else
   # Today's stack: the newest NumPy 2 and setuptools the index serves.  Chainer then imports only
   # through chainermn's compat hook (packages/chainermn/src/_chainermn_compat.py).
-  "${pip[@]}" --upgrade "numpy>=2,<3" setuptools
+  echo 'setuptools<81' > "$venv/build-constraint.txt"
+  "${pip[@]}" --upgrade "numpy>=2,<3" setuptools wheel
+  "${pip[@]}" --build-constraint "$venv/build-constraint.txt" "chainer==7.8.1"
 fi
+"${pip[@]}" -r scripts/requirements-dev.txt
 # Our packages, editable, in dependency order; --no-deps keeps the pins above untouched.
 for p in chainermn-comm chainermn-data chainermn-links chainermn-train chainermn; do
   [ -f "packages/$p/pyproject.toml" ] && "${pip[@]}" --no-deps -e "packages/$p"

@@ -49,6 +49,9 @@ PROBE = textwrap.dedent('''
     x = numpy.arange(6, dtype=numpy.float32)
     y = F.as_strided(x, (2, 2), (2, 1))  # strides in elements
     check = sys.modules['chainer._environment_check']
+    from chainer import gradient_check, testing  # chainer.testing imports pkg_resources
+    def skipped(decorator):
+        return bool(getattr(decorator(lambda: None), '__unittest_skip__', False))
     def visible(name):
         try:
             __import__(name)
@@ -67,6 +70,9 @@ PROBE = textwrap.dedent('''
         'numpy_distutils_in_sys_modules': 'numpy.distutils' in sys.modules,
         'pkg_resources_visible': visible('pkg_resources'),
         'numpy_distutils_visible': visible('numpy.distutils.system_info'),
+        'with_requires_skips': [skipped(testing.with_requires('numpy>=1.0')),
+                                skipped(testing.with_requires('numpy<1.0')),
+                                skipped(testing.with_requires('no-such-distribution-here'))],
         'chainermn_ours': chainermn.__file__.endswith('/chainermn/__init__.py')
                           and hasattr(chainermn, 'create_multi_node_optimizer'),
     }))
@@ -79,7 +85,10 @@ def _run(first='chainer', hide=(), hide_sctypes=False):
                          cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith('PROBE '))
-    return json.loads(line[len('PROBE '):])
+    got = json.loads(line[len('PROBE '):])
+    # chainer.gradient_check imports and chainer.testing.with_requires checks for real everywhere.
+    assert got['with_requires_skips'] == [False, True, True], got
+    return got
 
 
 def _expected_sctypes():

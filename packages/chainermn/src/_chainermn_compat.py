@@ -8,10 +8,11 @@ NumPy 1.26 with Python 3.11 and setuptools<81 nothing at all happens:
 
 - ``numpy.sctypes`` (removed in NumPy 2.0), read by ``chainer.functions.array.as_strided``:
   set to the dict NumPy 1.26 has, before that module runs, only when NumPy lacks it.
-- ``numpy.distutils.system_info`` (gone on Python 3.12 and NumPy 2.5) and ``pkg_resources``
-  (gone from setuptools 81), imported by ``chainer._environment_check``: stand-ins are visible
-  to that module's own ``import`` statements only (its ``__builtins__`` gets an ``__import__``
-  that tries the real module first).  ``sys.modules`` never sees them.
+- ``numpy.distutils.system_info`` (gone on Python 3.12) and ``pkg_resources`` (gone from
+  setuptools 81), imported by ``chainer._environment_check`` (and ``pkg_resources`` by
+  ``chainer.testing``, which ``chainer.gradient_check`` imports): stand-ins are visible to those
+  modules' own ``import`` statements only (their ``__builtins__`` get an ``__import__`` that
+  tries the real module first).  ``sys.modules`` never sees them.
 - NumPy 2 behaviour changes inside Chainer functions our documented API and examples use:
   see :data:`NUMPY2_FIXES` (each one is listed with its reason in packages/chainermn/README.md).
 """
@@ -141,6 +142,28 @@ def _pkg_resources_stand_in():
         """Never reached: ``require`` never raises VersionConflict."""
         raise DistributionNotFound(name)
 
+    class WorkingSet(object):
+        """What ``chainer.testing.with_requires`` and friends call: a real requirement check."""
+
+        def require(self, *requirements):
+            """Raise unless every requirement is installed at a matching version."""
+            import importlib.metadata
+            try:
+                from packaging.requirements import Requirement
+            except ImportError:
+                raise ResolutionError('cannot check {} without the packaging module'.format(
+                    requirements))
+            for text in requirements:
+                req = Requirement(text)
+                try:
+                    version = importlib.metadata.version(req.name)
+                except importlib.metadata.PackageNotFoundError:
+                    raise DistributionNotFound(text)
+                if not req.specifier.contains(version, prereleases=True):
+                    raise VersionConflict('{} is installed, {} is required'.format(version, text))
+            return []
+
+    mod.WorkingSet = WorkingSet
     mod.ResolutionError = ResolutionError
     mod.DistributionNotFound = DistributionNotFound
     mod.VersionConflict = VersionConflict
@@ -181,7 +204,8 @@ def _scoped_import(real_import):
     return __import__
 
 
-def _scope_environment_check(module):
+def _scope_imports(module):
+    """Give ``module`` an ``__import__`` that falls back to the stand-ins, if any is needed."""
     if not (_module_missing('numpy.distutils') or _module_missing('pkg_resources')):
         return
     scoped = dict(vars(builtins))
@@ -266,7 +290,10 @@ NUMPY2_FIXES = {
 #: {module name: function(module) run before the module's code}: each decides whether it is needed.
 BEFORE = {
     'chainer.functions.array.as_strided': lambda module: _add_sctypes(),
-    'chainer._environment_check': lambda module: _scope_environment_check(module),
+    'chainer._environment_check': lambda module: _scope_imports(module),
+    # chainer.testing (imported by chainer.gradient_check) imports pkg_resources too.
+    'chainer.testing.helper': lambda module: _scope_imports(module),
+    'chainer.testing.doctest_helper': lambda module: _scope_imports(module),
 }
 
 #: Every module name the finder wraps.
