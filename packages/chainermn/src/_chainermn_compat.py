@@ -67,8 +67,7 @@ def status():
     if _module_missing('pkg_resources'):
         reasons.append('no pkg_resources (setuptools 81+ or none)')
     if _numpy_major() >= 2:
-        reasons.append('NumPy 2 semantics: {} Chainer function(s) adjusted'.format(
-            len(NUMPY2_FIXES)))
+        reasons.append('NumPy 2 promotion rules: {} adjusted'.format(', '.join(sorted(NUMPY2_FIXES))))
     if reasons:
         return True, reasons
     return False, ['NumPy {} and Python {}.{} have what Chainer 7.8.1 needs'.format(
