@@ -5,6 +5,7 @@ A peer run starts under ``python -S``: the venv's site-packages is then added wi
 to the copy Chainer 7.8.1 installs.  Call :func:`enter` first thing, before numpy or mpi4py.
 """
 
+import importlib.util
 import os
 import sys
 
@@ -24,3 +25,19 @@ def enter(flag='--peer'):
     # only records the prefixes (no .pth processing).
     sys.prefix = sys.exec_prefix = venv
     import site  # noqa: F401
+    _install_compat_hook()
+
+
+def _install_compat_hook():
+    """Install chainermn's Chainer compat hook from the checkout (-S skipped its .pth).
+
+    Chainer 7.8.1 needs it on NumPy 2 / setuptools 81; the hook imports nothing of ours, so the
+    peer still runs Chainer's own bundled ``chainermn``.
+    """
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'packages',
+                        'chainermn', 'src', '_chainermn_compat.py')
+    spec = importlib.util.spec_from_file_location('_chainermn_compat', path)
+    compat = importlib.util.module_from_spec(spec)
+    sys.modules['_chainermn_compat'] = compat
+    spec.loader.exec_module(compat)
+    compat.install()

@@ -57,6 +57,7 @@ def _package_rows(facts):
                         chainermn.__file__),
                     'reinstall the meta-package: `pip install --force-reinstall --no-deps '
                     'packages/chainermn`'))
+    rows.append(_compat_row())
     pythons = sorted({(f['python'], f['python_version']) for f in facts})
     if len({v for _, v in pythons}) > 1:
         rows.append(Row('python', FAIL, 'ranks run different Python versions: {}'.format(pythons),
@@ -67,6 +68,27 @@ def _package_rows(facts):
     else:
         rows.append(Row('python', OK, '{} {}'.format(pythons[0][1], pythons[0][0])))
     return rows
+
+
+def _compat_row():
+    """Say whether the Chainer compat hook (NumPy 2, Python 3.12, setuptools 81) is active and why."""
+    try:
+        import _chainermn_compat as compat
+    except ImportError as e:
+        return Row('chainer compat', WARN, 'cannot import _chainermn_compat: {}'.format(e),
+                   'reinstall the meta-package: `pip install --force-reinstall --no-deps '
+                   'packages/chainermn`')
+    active, reasons = compat.status()
+    if not active:
+        return Row('chainer compat', OK, 'inactive: ' + '; '.join(reasons))
+    if compat.installed() is None:
+        return Row('chainer compat', FAIL, 'needed ({}) but not installed'.format('; '.join(reasons)),
+                   'install chainermn with pip so that site-packages holds chainermn_precedence.pth '
+                   '(a PYTHONPATH checkout runs no .pth file), or call _chainermn_compat.install() '
+                   'before `import chainer`')
+    applied = compat.applied()
+    return Row('chainer compat', OK, 'active: {}{}'.format(
+        '; '.join(reasons), '; applied: ' + ', '.join(applied) if applied else ''))
 
 
 def _gpu_rows(facts, lib, cuda_aware, mpiexec):
