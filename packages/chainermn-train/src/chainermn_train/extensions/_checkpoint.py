@@ -319,14 +319,14 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         files = self.visible_files()
         its = [it for r, it in files if r == rank]
         current = [it for it in its if self._world_size_of(it, rank) == size]
-        for it in current[:-self.cp_interval]:
-            self._remove(self.filename(it))
         older = [(rank, it) for it in its if it not in current]
         if rank == 0:
             older += [(r, it) for r, it in files if r >= size]
         if older and self._complete_generation_exists(files):
             for r, it in older:
                 self._remove(self.filename(it, r))
+        for it in current[:-self.cp_interval]:
+            self._remove(self.filename(it))
 
     def _remove(self, fn):
         try:
@@ -367,10 +367,9 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if pickled:
             _warn_pickle_once(self.comm.rank, fn, pickled, how)
         _safe_npz.split_meta(values)
-        missing = _resize.missing_keys(expected or (), values)
-        if missing:
-            return None, ('unreadable', 'a valid snapshot file that lacks {} key(s) this job needs: {}'
-                          .format(len(missing), ', '.join(missing[:8])))
+        problem = _resize.mismatches(expected, values)
+        if problem is not None:
+            return None, ('unreadable', 'a valid snapshot file that ' + problem)
         return values, None
 
     def _agree_on_generation(self, candidates, allow_pickle, how, expected=None, rejected=None):
@@ -560,15 +559,20 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                     except Exception as e:
                         mine = ('unreadable', '{}: {}'.format(type(e).__name__, e))
                 if mine is None:
-                    missing = _resize.missing_keys(expected, values)
-                    if missing:
-                        mine = ('unreadable', 'lacks {} key(s) this job needs: {}'.format(
-                            len(missing), ', '.join(missing[:8])))
+                    problem = _resize.mismatches(expected, values)
+                    if problem is not None:
+                        mine = ('mismatch', problem)
                 problems = self.comm.allgather_obj(mine)
-                bad = ['rank {}: {}'.format(k, p[1]) for k, p in enumerate(problems) if p is not None]
-                if bad:
-                    rejected.setdefault(it, []).append('{} (world size {}) read by rank {}: {}'.format(
-                        self.filename(it, r), meta['world_size'], q, '; '.join(bad)))
+                by_reason = {}
+                for k, p in enumerate(problems):
+                    if p is not None:
+                        by_reason.setdefault(p[1], []).append(str(k))
+                if by_reason:
+                    rejected.setdefault(it, []).append('{} (world size {}) sent by rank {}: {}'.format(
+                        self.filename(it, r), meta['world_size'], q, '; '.join(
+                            'rank(s) {}: {}'.format(','.join(ks), why) for why, ks in by_reason.items())))
+                    if any(p is not None and p[0] == 'mismatch' for p in problems):
+                        break   # every file of a generation holds the same shared state
                     continue
                 mode = 'resharded from {} (world size {}, {} rank(s) per node)'.format(
                     self.filename(it, r), meta['world_size'], meta.get('ranks_per_node', '?'))

@@ -16,7 +16,7 @@ import chainer
 import numpy
 
 __all__ = ['generation_meta', 'iterators_of', 'iterator_prefix', 'rebuild_iterator_values',
-           'expected_keys', 'missing_keys']
+           'expected_keys', 'mismatches']
 
 
 def iterators_of(obj):
@@ -117,7 +117,7 @@ def rebuild_iterator_values(obj, values, meta, rank):
 
 
 class _KeyRecorder(chainer.serializer.Serializer):
-    """Serializer that only records the keys it is given (copies nothing)."""
+    """Serializer that only records the keys it is given and their arrays' shapes (copies nothing)."""
 
     def __init__(self, keys, path=''):
         self.keys = keys
@@ -127,15 +127,16 @@ class _KeyRecorder(chainer.serializer.Serializer):
         return _KeyRecorder(self.keys, self.path + key.strip('/') + '/')
 
     def __call__(self, key, value):
-        self.keys.add(self.path + key.lstrip('/'))
+        shape = getattr(value, 'shape', None)
+        self.keys[self.path + key.lstrip('/')] = tuple(shape) if shape is not None else None
         return value
 
 
 def expected_keys(obj):
-    """Return the set of keys a snapshot of ``obj`` must hold (serializing it may be a collective)."""
+    """Return ``{key: shape or None}`` a snapshot of ``obj`` must hold (serializing may be a collective)."""
     if isinstance(obj, dict):
-        return set(obj)
-    keys = set()
+        return {k: getattr(v, 'shape', None) for k, v in obj.items()}
+    keys = {}
     unstarted = isinstance(obj, chainer.training.Trainer) and not obj._done and obj._start_at is None
     if unstarted:  # a Trainer refuses to report its elapsed time before it runs
         obj._start_at = time.perf_counter()
@@ -147,6 +148,16 @@ def expected_keys(obj):
     return keys
 
 
-def missing_keys(expected, values, skip_prefixes=()):
-    """Return the keys of ``expected`` that ``values`` lacks (sorted), ignoring ``skip_prefixes``."""
-    return sorted(k for k in expected if k not in values and not k.startswith(tuple(skip_prefixes)))
+def mismatches(expected, values):
+    """Return what makes ``values`` unfit for a target of ``expected`` keys and shapes, or None."""
+    expected = expected or {}
+    missing = sorted(k for k in expected if k not in values)
+    if missing:
+        return 'lacks {} key(s) this job needs: {}'.format(len(missing), ', '.join(missing[:8]))
+    wrong = sorted('{} has shape {} but this job has {}'.format(k, tuple(values[k].shape), shape)
+                   for k, shape in expected.items()
+                   if shape is not None and getattr(values[k], 'shape', shape) != shape
+                   and not (values[k].dtype.hasobject and values[k].shape == ()))
+    if wrong:
+        return 'holds arrays of another shape (another model?): {}'.format('; '.join(wrong[:2]) + (' and {} more'.format(len(wrong) - 2) if len(wrong) > 2 else ''))
+    return None
