@@ -4,7 +4,9 @@ Usage: resize_job.py OUT STOP ITERATOR
   STOP      ``40i`` (iterations) or ``1e`` (epochs)
   ITERATOR  ``serial`` (scatter_dataset with shuffle + SerialIterator) or ``elastic``
 Environment: KILL_AT / KILL_RANK (SIGKILL itself at that iteration), RUN (tag of the log lines),
-JOB_HIDDEN (hidden units, default 8).
+JOB_HIDDEN (hidden units, default 8), DOWN_MARK (a file created before the kill; the launcher's
+stand-in for ssh then refuses that host).  The kill happens in run 1 only (RUN, default: one more
+than $CHAINERMN_LAUNCH_RESTARTS).
 Writes OUT/resume.<rank>.json and OUT/resumed.<rank>.npz right after ``maybe_load``, one line per
 iteration to OUT/samples.<rank>.log (run, iteration, positions, sample ids) and OUT/final.<rank>.npz.
 """
@@ -42,7 +44,7 @@ def params(model):
 
 def main(out, stop, kind):
     comm = chainermn.create_communicator('naive')
-    run = os.environ.get('RUN', '0')
+    run = os.environ.get('RUN', str(1 + int(os.environ.get('CHAINERMN_LAUNCH_RESTARTS', '0'))))
     kill_at = int(os.environ.get('KILL_AT', '0'))
     kill_rank = int(os.environ.get('KILL_RANK', '0'))
     rs = numpy.random.RandomState(0)
@@ -77,7 +79,9 @@ def main(out, stop, kind):
 
     @chainer.training.make_extension(trigger=(1, 'iteration'), priority=0)
     def killer(t):
-        if kill_at and comm.rank == kill_rank and t.updater.iteration == kill_at:
+        if kill_at and comm.rank == kill_rank and t.updater.iteration == kill_at and run == '1':
+            if os.environ.get('DOWN_MARK'):
+                open(os.environ['DOWN_MARK'], 'w').close()   # this rank's host goes away for good
             os.kill(os.getpid(), signal.SIGKILL)
 
     trainer.extend(killer)

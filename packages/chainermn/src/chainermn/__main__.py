@@ -6,7 +6,8 @@ __all__ = ['main']
 
 _USAGE = ('usage: python -m chainermn doctor [--timeout SECONDS] [--no-cuda-aware-check]\n'
           '  doctor  check MPI, mpi4py, the launcher, collectives, CuPy/NCCL/GPUs and env vars\n'
-          '          (also under `mpiexec -n N python -m chainermn doctor`)\n')
+          '          (also under `mpiexec -n N python -m chainermn doctor`)\n'
+          '  launch  run an elastic job on the hosts of a hosts file (see `launch --help`)\n')
 
 
 def main(argv=None):
@@ -18,6 +19,9 @@ def main(argv=None):
     if argv[0] == 'doctor':
         from chainermn.doctor import main as doctor_main
         return doctor_main(argv[1:])
+    if argv[0] == 'launch':
+        from chainermn.launch import main as launch_main
+        return launch_main(argv[1:])
     sys.stderr.write('unknown command {!r}\n{}'.format(argv[0], _USAGE))
     return 2
 

@@ -46,6 +46,9 @@ ALLOW_PICKLE_ENV = 'CHAINERMN_ALLOW_PICKLE'
 #: Environment variable that lets ``maybe_load`` start from iteration 0 (``1``) when snapshots
 #: exist but none can be used (default: raise :class:`SnapshotUnusableError`).
 START_FRESH_ENV = 'CHAINERMN_START_FRESH'
+#: Set by ``python -m chainermn launch``: rank 0 then prints a line after the first iteration.
+ELASTIC_ENV = 'CHAINERMN_ELASTIC'
+_FIRST_ITERATION_EXT = 'chainermn_first_iteration'
 
 _OPT_IN_HINT = ('if you trust the file(s), opt in to pickle with create_multi_node_checkpointer(..., '
                 'allow_pickle=True), maybe_load(..., allow_pickle=True) or {}=1; otherwise remove '
@@ -429,6 +432,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         start = time.monotonic()
         allowed, how = _allow_pickle(allow_pickle if allow_pickle is not None else self.allow_pickle)
         fresh_ok = _start_fresh(start_fresh)
+        self._mark_first_iteration(trainer)
         self._makedirs()
         self._remove_stale_tmp()
         expected = _resize.expected_keys(trainer)
@@ -490,6 +494,24 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                              .format(it, self.name, mode, size))
             sys.stderr.flush()
         return it
+
+    def _mark_first_iteration(self, trainer):
+        """Under ``python -m chainermn launch``: print a line on rank 0 when the first iteration is done."""
+        if not os.environ.get(ELASTIC_ENV) or not isinstance(trainer, chainer.training.Trainer):
+            return
+        if self.comm.rank != 0 or _FIRST_ITERATION_EXT in trainer._extensions:
+            return
+        state = {'done': False}
+
+        def mark(t):
+            if not state['done']:
+                state['done'] = True
+                sys.stderr.write('chainermn checkpoint: first iteration done: {}\n'.format(
+                    t.updater.iteration))
+                sys.stderr.flush()
+
+        trainer.extend(mark, name=_FIRST_ITERATION_EXT, trigger=(1, 'iteration'),
+                       priority=chainer.training.PRIORITY_READER)
 
     def _summary(self, gens, rejected):
         """Describe every generation found: who wrote it, the world size it needs, why it was rejected."""

@@ -1,0 +1,181 @@
+"""``python -m chainermn launch``: run an elastic job on the hosts of a hosts file with Hydra ``mpiexec``.
+
+The job runs as ``mpiexec -hosts H1,H2,.. -ppn K -n K*len(hosts) COMMAND``.  When it fails, every host
+of the (re-read) hosts file is probed with ``mpiexec -hosts HOST -n 1 true`` under a time limit (through
+the same launcher); the job restarts on the hosts that answer if at least ``--min-nodes`` do and
+restarts are left, and resumes from its newest usable snapshot (the multi-node checkpointer takes
+care of a different number of ranks).  While the job runs, its hosts are probed every
+``--heartbeat`` seconds; a host that stops answering ends the attempt.  The job runs with the
+watchdog on (``CHAINERMN_TIMEOUT``, default ``--watchdog``), so ranks blocked on a vanished peer end,
+and with the global except hook on (``CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1``), so an exception on one
+rank ends the attempt.
+Preemption (exit status 75) is a failure to restart from.  The same exception twice in a row, or
+``--max-restarts`` restarts, ends the launch with the job's status.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from chainermn.launch import _attempt, _hosts
+
+__all__ = ['main', 'PREEMPTED_STATUS', 'WATCHDOG_STATUS']
+
+PREEMPTED_STATUS = 75
+WATCHDOG_STATUS = 14
+_LOG = 'chainermn launch: '
+
+
+def _log(msg):
+    sys.stderr.write(_LOG + msg + '\n')
+    sys.stderr.flush()
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog='python -m chainermn launch', description=__doc__.split('\n')[0],
+                                usage='python -m chainermn launch --hosts-file FILE --ranks-per-node K '
+                                      '--min-nodes M [--max-restarts R] [options] -- COMMAND ...')
+    p.add_argument('--hosts-file', required=True, help='one host per line (re-read before every start)')
+    p.add_argument('--ranks-per-node', type=int, required=True, help='ranks started on every host')
+    p.add_argument('--min-nodes', type=int, required=True, help='fewest healthy hosts to (re)start on')
+    p.add_argument('--max-nodes', type=int, default=None, help='most hosts to start on (default: all)')
+    p.add_argument('--max-restarts', type=int, default=3, help='restarts allowed in all (default 3)')
+    p.add_argument('--heartbeat', type=float, default=5.0,
+                   help='seconds between probes of the job\'s hosts while it runs (0: off; default 5)')
+    p.add_argument('--probe-timeout', type=float, default=10.0,
+                   help='seconds a host may take to run the probe (default 10)')
+    p.add_argument('--watchdog', type=float, default=60.0,
+                   help='CHAINERMN_TIMEOUT for the job when the environment sets none (default 60)')
+    p.add_argument('--mpiexec', default=None, help='Hydra mpiexec to use (default: next to python, else PATH)')
+    p.add_argument('--launcher-exec', default=None,
+                   help='program Hydra runs instead of ssh to reach a host (mpiexec -launcher-exec)')
+    p.add_argument('command', nargs=argparse.REMAINDER, help='the job, after --')
+    return p
+
+
+def _find_mpiexec():
+    here = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    if os.access(here, os.X_OK):
+        return here
+    import shutil
+    return shutil.which('mpiexec') or 'mpiexec'
+
+
+def _check(args, parser):
+    command = args.command[1:] if args.command[:1] == ['--'] else args.command
+    if not command:
+        parser.error('give the job after --, e.g. -- python train.py')
+    for name in ('ranks_per_node', 'min_nodes'):
+        if getattr(args, name) < 1:
+            parser.error('--{} must be at least 1'.format(name.replace('_', '-')))
+    if args.max_restarts < 0:
+        parser.error('--max-restarts must be 0 or more')
+    if not os.path.isfile(args.hosts_file):
+        parser.error('hosts file {} does not exist'.format(args.hosts_file))
+    return command
+
+
+def _classify(att):
+    if att.lost:
+        return 'lost host(s) {}'.format(', '.join('{} ({})'.format(h, d) for h, d in att.lost.items()))
+    if att.status == PREEMPTED_STATUS:
+        return 'preempted (exit status 75)'
+    if att.status == WATCHDOG_STATUS:
+        return 'watchdog ended it (exit status 14: a rank was blocked too long)'
+    if att.exception:
+        return 'exit status {} after {}'.format(att.status, att.exception)
+    return 'exit status {}'.format(att.status)
+
+
+class _Stop:
+    """SIGTERM/SIGINT to the launcher: pass SIGTERM to the job and do not restart."""
+
+    def __init__(self):
+        self.requested = False
+        self.proc = None
+
+    def started(self, proc):
+        self.proc = proc
+        if self.requested:
+            self(signal.SIGTERM, None)
+
+    def __call__(self, signum, frame):
+        self.requested = True
+        _log('got signal {}; passing SIGTERM to the job, no restart'.format(signum))
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def main(argv=None):
+    """Command-line entry point; return the exit status (0: the job finished)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    command = _check(args, parser)
+    base = _hosts.mpiexec_base(args.mpiexec or _find_mpiexec(), args.launcher_exec)
+    env = dict(os.environ)
+    env.setdefault('CHAINERMN_TIMEOUT', '{:g}'.format(args.watchdog))
+    env.setdefault('CHAINERMN_RANKS_PER_NODE', str(args.ranks_per_node))
+    env.setdefault('CHAINERMN_FORCE_ABORT_ON_EXCEPTION', '1')   # one rank's exception ends the attempt
+    env['CHAINERMN_ELASTIC'] = '1'
+    stop = _Stop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    shown, lock = set(), threading.Lock()
+    restarts, previous, last_exception, failure = 0, None, None, None
+    status = 1
+    while True:
+        known = _hosts.read_hosts(args.hosts_file)
+        answers = _hosts.probe(base, known, args.probe_timeout, env)
+        healthy = [h for h in known if answers[h][0]]
+        for h in known:
+            if not answers[h][0]:
+                _log('host {} left out: {}'.format(h, answers[h][1]))
+        if args.max_nodes:
+            healthy = healthy[:args.max_nodes]
+        if previous is not None:
+            dropped = [h for h in previous if h not in healthy]
+            added = [h for h in healthy if h not in previous]
+            _log('restart {}: hosts dropped: {}; added: {}; starting on {} host(s): {}'.format(
+                restarts, ', '.join(dropped) or 'none', ', '.join(added) or 'none', len(healthy),
+                ', '.join(healthy)))
+        if len(healthy) < args.min_nodes:
+            _log('only {} of the {} host(s) in {} answer; --min-nodes is {}: giving up'.format(
+                len(healthy), len(known), args.hosts_file, args.min_nodes))
+            return status if previous is not None else 1
+        env['CHAINERMN_LAUNCH_RESTARTS'] = str(restarts)
+        _log('starting {} rank(s) on {}'.format(args.ranks_per_node * len(healthy), ', '.join(healthy)))
+        att = _attempt.run_attempt(base, healthy, args.ranks_per_node, command, env, args.heartbeat,
+                                   args.probe_timeout, shown, lock, on_start=stop.started)
+        if failure is not None:
+            if att.first_iteration_at is not None:
+                _log('restart {}: generation {} loaded; training again {:.1f} s after the failure'.format(
+                    restarts, att.generation if att.generation is not None else 'none',
+                    att.first_iteration_at - failure))
+            else:
+                _log('restart {}: generation {} loaded; no iteration finished'.format(
+                    restarts, att.generation if att.generation is not None else 'none'))
+        status = att.status if att.status else (1 if att.lost else att.status)
+        if att.status == 0 and not att.lost:
+            _log('the job finished after {} restart(s)'.format(restarts))
+            return 0
+        reason = _classify(att)
+        _log('the job failed: {}'.format(reason))
+        if stop.requested:
+            return status or 1
+        exception = att.exception if not att.lost and att.status not in (
+            PREEMPTED_STATUS, WATCHDOG_STATUS) else None
+        if exception is not None and exception == last_exception:
+            _log('the same exception twice in a row ({}); not restarting: fix the job'.format(exception))
+            return status or 1
+        if restarts >= args.max_restarts:
+            _log('{} restart(s) used (--max-restarts {}); not restarting'.format(restarts, args.max_restarts))
+            return status or 1
+        last_exception = exception
+        restarts += 1
+        failure = att.failed_at
+        previous = healthy

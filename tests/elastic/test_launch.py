@@ -1,0 +1,134 @@
+"""``python -m chainermn launch`` on one host: Hydra reaches "hosts" through a stand-in for ssh.
+
+The stand-in (``--launcher-exec``) runs the proxy locally and refuses hosts marked down (a file
+``DOWN/<host>``), like ssh to an unreachable node.  Every launch runs under a hard timeout.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOBS = os.path.join(HERE, 'jobs')
+TIMEOUT = 500
+
+FAKE_SSH = '''#!/bin/sh
+# stand-in for ssh: skip options, refuse hosts marked down, run the command here
+while [ "${1#-}" != "$1" ]; do shift; done
+host="$1"; shift
+if [ -e "%(down)s/$host" ]; then echo "ssh: connect to host $host: No route to host" >&2; exit 255; fi
+exec sh -c "$*"
+'''
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Return ``(hosts_file, down_dir, launcher_exec)`` for two hosts, nodea and nodeb."""
+    down = tmp_path / 'down'
+    down.mkdir()
+    ssh = tmp_path / 'fake_ssh'
+    ssh.write_text(FAKE_SSH % {'down': down})
+    ssh.chmod(0o755)
+    hosts = tmp_path / 'hosts'
+    hosts.write_text('# two nodes\nnodea\nnodeb\n')
+    return str(hosts), str(down), str(ssh)
+
+
+def launch(cluster, command, *options, env=None):
+    hosts, _, ssh = cluster
+    cmd = [sys.executable, '-m', 'chainermn', 'launch', '--hosts-file', hosts, '--ranks-per-node', '2',
+           '--launcher-exec', ssh] + list(options) + ['--', sys.executable] + list(command)
+    full = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail('launch timed out\n' + out.decode() + err.decode())
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return proc.returncode, out.decode(errors='replace'), err.decode(errors='replace')
+
+
+def job(name):
+    return os.path.join(JOBS, name)
+
+
+def test_the_same_exception_twice_stops_and_is_shown_once(cluster):
+    status, out, err = launch(cluster, [job('launch_job.py'), 'bug'], '--min-nodes', '1',
+                              '--max-restarts', '3')
+    text = out + err
+    assert status != 0, text
+    assert err.count('Traceback (most recent call last)') == 1, text
+    assert err.count("raise RuntimeError('injected bug on every start')") == 1, text
+    assert err.count('chainermn launch: starting 4 rank(s)') == 2, text   # one restart, not three
+    assert 'the same exception twice in a row (RuntimeError: injected bug on every start)' in err, text
+
+
+def test_a_new_exception_every_start_stops_after_max_restarts(cluster):
+    status, out, err = launch(cluster, [job('launch_job.py'), 'bugs'], '--min-nodes', '2',
+                              '--max-restarts', '2')
+    text = out + err
+    assert status != 0, text
+    assert err.count('chainermn launch: starting 4 rank(s)') == 3, text
+    assert '2 restart(s) used (--max-restarts 2); not restarting' in err, text
+    for n in range(3):
+        assert err.count('RuntimeError: injected bug number {}'.format(n)) >= 1, text
+
+
+def test_preemption_is_restarted(cluster):
+    status, out, err = launch(cluster, [job('launch_job.py'), 'preempt'], '--min-nodes', '2',
+                              '--max-restarts', '1')
+    text = out + err
+    assert status == 0, text
+    assert 'preempted (exit status 75)' in err and 'the job finished after 1 restart(s)' in err, text
+    assert out.count('finished with 4 rank(s)') == 4, text
+
+
+def test_a_host_that_stops_answering_mid_run_is_left_out(cluster):
+    _, down, _ = cluster
+    status, out, err = launch(cluster, [job('launch_job.py'), 'hang', os.path.join(down, 'nodeb')],
+                              '--min-nodes', '1', '--max-restarts', '2', '--heartbeat', '1',
+                              '--probe-timeout', '20', env={'CHAINERMN_TIMEOUT': '400'})
+    text = out + err
+    assert status == 0, text
+    assert re.search(r'the job failed: lost host\(s\) nodeb \(probe exited with status \d+', err), text
+    assert 'host nodeb left out' in err and 'hosts dropped: nodeb; added: none' in err, text
+    assert out.count('finished with 2 rank(s)') == 2, text
+
+
+def test_fewer_healthy_hosts_than_min_nodes_is_an_error(cluster):
+    _, down, _ = cluster
+    open(os.path.join(down, 'nodeb'), 'w').close()
+    status, out, err = launch(cluster, [job('launch_job.py'), 'preempt'], '--min-nodes', '2')
+    assert status != 0
+    assert 'only 1 of the 2 host(s)' in err and '--min-nodes is 2' in err, out + err
+    assert 'started' not in out
+
+
+def test_a_node_lost_for_good_mid_training_resumes_on_the_survivor(cluster, tmp_path):
+    _, down, _ = cluster
+    out_dir = tmp_path / 'out'
+    out_dir.mkdir()
+    status, out, err = launch(cluster, [job('resize_job.py'), str(out_dir), '40i', 'serial'],
+                              '--min-nodes', '1', '--max-restarts', '2',
+                              env={'KILL_AT': '22', 'KILL_RANK': '2', 'DOWN_MARK': os.path.join(down, 'nodeb')})
+    text = out + err
+    assert status == 0, text
+    assert 'host nodeb left out' in err and 'hosts dropped: nodeb; added: none' in err, text
+    m = re.search(r'restart 1: generation (\d+) loaded; training again ([0-9.]+) s after the failure', err)
+    assert m and m.group(1) == '20', text
+    assert out.count('done at iteration 40') == 2, text
+    states = [json.load(open(str(out_dir / 'resume.{}.json'.format(r)))) for r in range(2)]
+    assert all(st['loaded'] == 20 and st['size'] == 2 for st in states), states
+    print('node lost: training again {} s after the failure; 2 iterations redone (21, 22)'.format(m.group(2)))
