@@ -132,3 +132,16 @@ def test_a_node_lost_for_good_mid_training_resumes_on_the_survivor(cluster, tmp_
     states = [json.load(open(str(out_dir / 'resume.{}.json'.format(r)))) for r in range(2)]
     assert all(st['loaded'] == 20 and st['size'] == 2 for st in states), states
     print('node lost: training again {} s after the failure; 2 iterations redone (21, 22)'.format(m.group(2)))
+
+
+def test_a_repaired_host_rejoins_at_the_next_start(cluster):
+    _, down, _ = cluster
+    mark = os.path.join(down, 'nodeb')
+    open(mark, 'w').close()
+    status, out, err = launch(cluster, [job('launch_job.py'), 'repair', mark], '--min-nodes', '1',
+                              '--max-restarts', '1')
+    text = out + err
+    assert status == 0, text
+    assert 'host nodeb left out' in err and 'starting 2 rank(s) on nodea\n' in err, text
+    assert 'hosts dropped: none; added: nodeb; starting on 2 host(s): nodea, nodeb' in err, text
+    assert out.count('finished with 4 rank(s)') == 4, text

@@ -140,3 +140,15 @@ def test_unusable_snapshots_are_an_error_naming_each_generation_and_nothing_is_d
     assert not res.timed_out and res.returncode == 0, report(res)
     assert 'starting from iteration 0 as asked' in res.stderr, report(res)
     assert all(st['loaded'] is None and st['iteration'] == 0 for st in resumed(out, 2))
+
+
+def test_multi_node_iterator_keeps_the_masters_position(tmp_path):
+    out = str(tmp_path)
+    killed_run(out, 'multinode', 12)
+    values, _ = _safe_npz.read(os.path.join(out, 'cp', 'job.0.10'))
+    meta = _safe_npz.split_meta(values)
+    res = run_job(out, 2, '20i', 'multinode', RUN=2)
+    assert not res.timed_out and res.returncode == 0, report(res)
+    for st in resumed(out, 2):
+        assert st['loaded'] == 10 and st['epoch_detail'] == meta['iterator/main/epoch_detail'], st
+    assert res.stdout.count('done at iteration 20') == 2, report(res)

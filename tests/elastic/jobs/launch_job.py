@@ -5,6 +5,8 @@
   preempt      exits 75 on every rank on the first start, finishes on the next
   hang DOWN    first start: rank 2 marks its host down (creates DOWN) and every rank then waits
                forever in a collective (rank 2 never joins it); later starts finish
+  repair DOWN  first start: rank 0 repairs the host marked by DOWN (removes the file) and every rank
+               exits 75; later starts finish
 """
 
 import os
@@ -32,6 +34,11 @@ def main(mode, *args):
             open(args[0], 'w').close()
             threading.Event().wait()   # this node is gone: it never answers again
         comm.allreduce_obj(1)
+    if mode == 'repair' and restarts == 0:
+        if comm.rank == 0:
+            os.remove(args[0])
+        comm.allreduce_obj(1)
+        sys.exit(PREEMPTED)
     total = comm.allreduce_obj(1)
     print('rank {} finished with {} rank(s)'.format(comm.rank, total), flush=True)
 

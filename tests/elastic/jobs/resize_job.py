@@ -2,7 +2,8 @@
 
 Usage: resize_job.py OUT STOP ITERATOR
   STOP      ``40i`` (iterations) or ``1e`` (epochs)
-  ITERATOR  ``serial`` (scatter_dataset with shuffle + SerialIterator) or ``elastic``
+  ITERATOR  ``serial`` (scatter_dataset with shuffle + SerialIterator), ``elastic`` or ``multinode``
+            (rank 0's SerialIterator over the whole dataset serves every rank)
 Environment: KILL_AT / KILL_RANK (SIGKILL itself at that iteration), RUN (tag of the log lines),
 JOB_HIDDEN (hidden units, default 8), DOWN_MARK (a file created before the kill; the launcher's
 stand-in for ssh then refuses that host).  The kill happens in run 1 only (RUN, default: one more
@@ -54,6 +55,9 @@ def main(out, stop, kind):
     full = chainer.datasets.TupleDataset(x, y, ids)
     if kind == 'elastic':
         it = chainermn.iterators.create_elastic_iterator(full, BATCH, comm, seed=3)
+    elif kind == 'multinode':
+        master = chainer.iterators.SerialIterator(full, BATCH, shuffle=True) if comm.rank == 0 else None
+        it = chainermn.iterators.create_multi_node_iterator(master, comm)
     else:
         shard = chainermn.scatter_dataset(full if comm.rank == 0 else None, comm, shuffle=True, seed=0)
         it = chainer.iterators.SerialIterator(shard, BATCH, shuffle=True)

@@ -7,7 +7,8 @@ updater its epoch, its position as a fraction of the epoch (``epoch_detail``) an
 (model, optimizer, updater, extensions) come from one snapshot file; each iterator keeps the
 shard of the new job and is moved to the same epoch and the same fraction of it.  An iterator
 whose class sets ``elastic = True`` keeps the state of the snapshot instead (its state does not
-depend on the world size: see ``chainermn_data.iterators.create_elastic_iterator``).
+depend on the world size: see ``chainermn_data.iterators.create_elastic_iterator``), and so does a
+multi-node iterator (one master's iterator serves every rank).
 """
 
 import time
@@ -71,9 +72,6 @@ def _length(it):
                 return len(ds)
             except TypeError:
                 pass
-    actual = getattr(it, 'actual_iterator', None)
-    if actual is not None:
-        return _length(actual)
     return None
 
 
@@ -88,8 +86,8 @@ def rebuild_iterator_values(obj, values, meta, rank):
     done = []
     for name, it in sorted(iterators_of(obj).items()):
         prefix = iterator_prefix(obj, name)
-        if getattr(it, 'elastic', False):
-            continue
+        if getattr(it, 'elastic', False) or hasattr(it, 'actual_iterator'):
+            continue   # world-size independent state (elastic, or one master's iterator for all)
         key = 'iterator/{}/'.format(name)
         if key + 'fraction' not in meta:
             raise ValueError('rank {}: the snapshot has no position for iterator {!r} (it was written '

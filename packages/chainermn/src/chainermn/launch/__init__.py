@@ -129,7 +129,18 @@ def main(argv=None):
     restarts, previous, last_exception, failure = 0, None, None, None
     status = 1
     while True:
-        known = _hosts.read_hosts(args.hosts_file)
+        try:
+            known = _hosts.read_hosts(args.hosts_file)
+        except OSError as e:
+            if previous is None:
+                _log('cannot read the hosts file {}: {}'.format(args.hosts_file, e))
+                return 1
+            _log('cannot re-read the hosts file {} ({}); probing the last hosts again'.format(
+                args.hosts_file, e))
+            known = list(previous)
+        if not known:
+            _log('the hosts file {} names no host'.format(args.hosts_file))
+            return status if previous is not None else 1
         answers = _hosts.probe(base, known, args.probe_timeout, env)
         healthy = [h for h in known if answers[h][0]]
         for h in known:
