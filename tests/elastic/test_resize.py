@@ -48,20 +48,25 @@ def npz(path):
         return dict(f)
 
 
-@pytest.mark.parametrize('n', [2, 6])
-def test_resume_serial_iterator_on_another_number_of_ranks(tmp_path, n):
+@pytest.mark.parametrize('n,lost_first_node', [(2, False), (6, False), (2, True)])
+def test_resume_serial_iterator_on_another_number_of_ranks(tmp_path, n, lost_first_node):
     out = str(tmp_path)
     killed_run(out, 'serial', 22)
+    if lost_first_node:   # node-local disks: the files of ranks 0 and 1 are gone with their node
+        for fn in glob.glob(os.path.join(out, 'cp', 'job.[01].*')):
+            os.remove(fn)
     ref = os.path.join(out, 'ref')
     shutil.copytree(os.path.join(out, 'cp'), ref)   # the snapshots as the killed job left them
-    assert os.path.exists(os.path.join(ref, 'job.0.20')) and os.path.exists(os.path.join(ref, 'job.3.20'))
-    values, _ = _safe_npz.read(os.path.join(ref, 'job.0.20'))
+    donor = os.path.join(ref, 'job.{}.20'.format(2 if lost_first_node else 0))
+    assert os.path.exists(donor) and os.path.exists(os.path.join(ref, 'job.3.20'))
+    values, _ = _safe_npz.read(donor)
     meta = _safe_npz.split_meta(values)
     assert meta['world_size'] == 4 and meta['ranks_per_node'] == 2 and meta['iteration'] == 20
 
     res = run_job(out, n, '40i', 'serial', CHAINERMN_RANKS_PER_NODE=min(n, 3), RUN=2)
     assert not res.timed_out and res.returncode == 0, report(res)
-    assert 'loaded generation 20' in res.stderr and 'resharded from' in res.stderr, report(res)
+    assert 'loaded generation 20' in res.stderr, report(res)
+    assert 'resharded from {}'.format(os.path.join(out, 'cp', os.path.basename(donor))) in res.stderr, report(res)
     states = resumed(out, n)
     for r, st in enumerate(states):
         assert st['loaded'] == 20 and st['iteration'] == 20 and st['size'] == n, st

@@ -89,6 +89,8 @@ def main(out, stop, kind):
             os.kill(os.getpid(), signal.SIGKILL)
 
     trainer.extend(killer)
+    if comm.rank == 0:   # state that only rank 0 holds
+        trainer.extend(chainer.training.extensions.LogReport(trigger=(5, 'iteration')))
     loaded = cp.maybe_load(trainer, opt)
     with open(os.path.join(out, 'resume.{}.json'.format(comm.rank)), 'w') as f:
         json.dump({'loaded': loaded, 'iteration': updater.iteration, 'epoch': it.epoch,

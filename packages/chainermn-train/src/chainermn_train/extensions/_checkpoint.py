@@ -435,7 +435,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._mark_first_iteration(trainer)
         self._makedirs()
         self._remove_stale_tmp()
-        expected = _resize.expected_keys(trainer)
+        local = {}
+        expected = _resize.expected_keys(trainer, local)
         views = self.comm.allgather_obj(self._scan())
         size, rank = self.comm.size, self.comm.rank
         gens = {}
@@ -449,7 +450,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         it, values, refused = self._agree_on_generation(exact, allowed, how, expected, rejected)
         mode = 'same world size, own files'
         if it is None:
-            it, values, refused2, mode = self._reshard(trainer, gens, allowed, how, expected, rejected)
+            it, values, refused2, mode = self._reshard(trainer, gens, allowed, how, expected, rejected,
+                                                       local)
             refused += refused2
         st = self._stats
         if it is None:
@@ -527,7 +529,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 it, ','.join(str(r) for r in sorted(files)), need, '; '.join(why)))
         return 'Generations found: ' + ' | '.join(parts) + '.'
 
-    def _reshard(self, trainer, gens, allowed, how, expected, rejected):
+    def _reshard(self, trainer, gens, allowed, how, expected, rejected, local):
         """Load the shared state of one readable file of the newest usable generation on every rank.
 
         Collective.  Returns ``(iteration, values, refused, mode)``; iteration is None if none works.
@@ -576,6 +578,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                                       root=q)
                 values, mine = self._read(it, allowed, how, source=buf.tobytes())
                 if mine is None:
+                    _resize.fill_local(values, local)   # e.g. rank 0's LogReport from another rank's file
                     try:
                         _resize.rebuild_iterator_values(trainer, values, meta, rank)
                     except Exception as e:

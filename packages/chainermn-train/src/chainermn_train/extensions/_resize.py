@@ -17,7 +17,7 @@ import chainer
 import numpy
 
 __all__ = ['generation_meta', 'iterators_of', 'iterator_prefix', 'rebuild_iterator_values',
-           'expected_keys', 'mismatches']
+           'expected_keys', 'fill_local', 'mismatches', 'LOCAL_PREFIXES']
 
 
 def iterators_of(obj):
@@ -114,24 +114,39 @@ def rebuild_iterator_values(obj, values, meta, rank):
     return done
 
 
-class _KeyRecorder(chainer.serializer.Serializer):
-    """Serializer that only records the keys it is given and their arrays' shapes (copies nothing)."""
+#: Keys of state that a rank may hold alone (extensions added on rank 0 only, e.g. LogReport): on a
+#: resize, a rank whose donor file lacks them keeps its own fresh values.
+LOCAL_PREFIXES = ('extensions/', 'extension_triggers/')
 
-    def __init__(self, keys, path=''):
+
+class _KeyRecorder(chainer.serializer.Serializer):
+    """Serializer that records the keys it is given, their shapes and the values of local state."""
+
+    def __init__(self, keys, local, path=''):
         self.keys = keys
+        self.local = local
         self.path = path
 
     def __getitem__(self, key):
-        return _KeyRecorder(self.keys, self.path + key.strip('/') + '/')
+        return _KeyRecorder(self.keys, self.local, self.path + key.strip('/') + '/')
 
     def __call__(self, key, value):
+        full = self.path + key.lstrip('/')
         shape = getattr(value, 'shape', None)
-        self.keys[self.path + key.lstrip('/')] = tuple(shape) if shape is not None else None
+        self.keys[full] = tuple(shape) if shape is not None else None
+        if full.startswith(LOCAL_PREFIXES):
+            if value is not None and not isinstance(value, numpy.ndarray) and hasattr(value, 'shape'):
+                value = chainer.backend.CpuDevice().send(value)   # a device array
+            self.local[full] = numpy.asarray(value)
         return value
 
 
-def expected_keys(obj):
-    """Return ``{key: shape or None}`` a snapshot of ``obj`` must hold (serializing may be a collective)."""
+def expected_keys(obj, local=None):
+    """Return ``{key: shape or None}`` a snapshot of ``obj`` must hold (serializing may be a collective).
+
+    ``local`` (a dict), when given, receives the current values of the keys under
+    :data:`LOCAL_PREFIXES`.
+    """
     if isinstance(obj, dict):
         return {k: getattr(v, 'shape', None) for k, v in obj.items()}
     keys = {}
@@ -139,11 +154,19 @@ def expected_keys(obj):
     if unstarted:  # a Trainer refuses to report its elapsed time before it runs
         obj._start_at = time.perf_counter()
     try:
-        obj.serialize(_KeyRecorder(keys))
+        obj.serialize(_KeyRecorder(keys, local if local is not None else {}))
     finally:
         if unstarted:
             obj._start_at = None
     return keys
+
+
+def fill_local(values, local):
+    """Add to ``values`` the rank-local keys it lacks, with this rank's current values; return them."""
+    added = sorted(k for k in local if k not in values)
+    for k in added:
+        values[k] = local[k]
+    return added
 
 
 def mismatches(expected, values):
