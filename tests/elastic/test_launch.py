@@ -4,12 +4,14 @@ The stand-in (``--launcher-exec``) runs the proxy locally and refuses hosts mark
 ``DOWN/<host>``), like ssh to an unreachable node.  Every launch runs under a hard timeout.
 """
 
+import glob
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -22,6 +24,7 @@ FAKE_SSH = '''#!/bin/sh
 while [ "${1#-}" != "$1" ]; do shift; done
 host="$1"; shift
 if [ -e "%(down)s/$host" ]; then echo "ssh: connect to host $host: No route to host" >&2; exit 255; fi
+export CHAINERMN_TEST_CLUSTER="%(down)s" CHAINERMN_TEST_NODE="$host"
 exec sh -c "$*"
 '''
 
@@ -39,14 +42,20 @@ def cluster(tmp_path):
     return str(hosts), str(down), str(ssh)
 
 
-def launch(cluster, command, *options, env=None):
+def start(cluster, command, *options, env=None):
     hosts, _, ssh = cluster
     cmd = [sys.executable, '-m', 'chainermn', 'launch', '--hosts-file', hosts, '--ranks-per-node', '2',
            '--launcher-exec', ssh] + list(options) + ['--', sys.executable] + list(command)
     full = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full,
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full,
                             start_new_session=True)
+
+
+def launch(cluster, command, *options, env=None, during=None):
+    proc = start(cluster, command, *options, env=env)
     try:
+        if during is not None:
+            during(proc)
         out, err = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -145,3 +154,60 @@ def test_a_repaired_host_rejoins_at_the_next_start(cluster):
     assert 'host nodeb left out' in err and 'starting 2 rank(s) on nodea\n' in err, text
     assert 'hosts dropped: none; added: nodeb; starting on 2 host(s): nodea, nodeb' in err, text
     assert out.count('finished with 4 rank(s)') == 4, text
+
+
+def _processes_of(down, node):
+    """PIDs of the processes the stand-in for ssh started on ``node`` of this test's cluster."""
+    want = {'CHAINERMN_TEST_CLUSTER=' + down, 'CHAINERMN_TEST_NODE=' + node}
+    pids = []
+    for path in glob.glob('/proc/[0-9]*/environ'):
+        try:
+            with open(path, 'rb') as f:
+                env = set(f.read().decode(errors='replace').split('\0'))
+        except OSError:
+            continue
+        if want <= env:
+            pids.append(int(path.split('/')[2]))
+    return pids
+
+
+def test_mnist_example_survives_losing_a_node_for_good(cluster, tmp_path):
+    """Test 3 on one host: 2 nodes x 2 ranks, node-local snapshots, nodeb lost for good mid-training."""
+    _, down, _ = cluster
+    ckpt = tmp_path / 'ckpt'
+    example = os.path.join(HERE, '..', '..', 'examples', 'mnist', 'train_mnist.py')
+    lost = {}
+
+    def lose_nodeb(proc):
+        target = ckpt / 'nodeb' / 'mnist.2.10'
+        while not target.exists():   # nodeb wrote its snapshot of iteration 10
+            assert proc.poll() is None, 'the launcher ended before iteration 10'
+            time.sleep(0.01)
+        open(os.path.join(down, 'nodeb'), 'w').close()   # its link is down: probes fail from now on
+        lost['at'] = time.time()
+        lost['newest'] = max(int(f.rsplit('.', 1)[1]) for f in os.listdir(str(ckpt / 'nodea'))
+                             if f.startswith('mnist.'))
+        for pid in _processes_of(down, 'nodeb'):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    status, out, err = launch(
+        cluster, [example, '--checkpoint', str(ckpt) + '/${CHAINERMN_TEST_NODE}', '--checkpoint-interval',
+                  '5', '--epoch', '10', '--no-progress'],
+        '--min-nodes', '1', '--max-restarts', '2', during=lose_nodeb)
+    text = out + err
+    assert status == 0, text
+    assert 'host nodeb left out' in err and 'hosts dropped: nodeb; added: none' in err, text
+    m = re.search(r'restart 1: generation (\d+) loaded; training again ([0-9.]+) s after the failure '
+                  r'\(first iteration at unix time ([0-9.]+)\)', err)
+    assert m, text
+    generation = int(m.group(1))
+    assert generation >= 10, text
+    accuracy = float(re.search(r'FINAL validation/main/accuracy=([0-9.]+)', out).group(1))
+    assert accuracy > 0.9, text
+    assert 'ranks=2' in out, text
+    print('mnist node lost: accuracy {:.4f}; training again {:.1f} s after the loss ({} s after mpiexec '
+          'ended); generation {} loaded, newest snapshot at the loss {} (interval 5)'.format(
+              accuracy, float(m.group(3)) - lost['at'], m.group(2), generation, lost['newest']))

@@ -164,9 +164,10 @@ def main(argv=None):
                                    args.probe_timeout, shown, lock, on_start=stop.started)
         if failure is not None:
             if att.first_iteration_at is not None:
-                _log('restart {}: generation {} loaded; training again {:.1f} s after the failure'.format(
-                    restarts, att.generation if att.generation is not None else 'none',
-                    att.first_iteration_at - failure))
+                _log('restart {}: generation {} loaded; training again {:.1f} s after the failure '
+                     '(first iteration at unix time {:.3f})'.format(
+                         restarts, att.generation if att.generation is not None else 'none',
+                         att.first_iteration_at - failure, att.first_iteration_wall))
             else:
                 _log('restart {}: generation {} loaded; no iteration finished'.format(
                     restarts, att.generation if att.generation is not None else 'none'))

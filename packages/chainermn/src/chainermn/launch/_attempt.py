@@ -26,6 +26,7 @@ class Attempt:
         self.exception = None
         self.generation = None
         self.first_iteration_at = None
+        self.first_iteration_wall = None
         self.failed_at = None
         self.lost = {}
 
@@ -67,6 +68,7 @@ class _Pump(threading.Thread):
                 self.attempt.generation = int(m.group(1))
             if FIRST_ITERATION_MARK in text and self.attempt.first_iteration_at is None:
                 self.attempt.first_iteration_at = time.monotonic()
+                self.attempt.first_iteration_wall = time.time()
             if self.block is not None:
                 if text.startswith((' ', '\t')) or not text or text.startswith('During handling') \
                         or text.startswith('The above exception') or text == _TRACEBACK:
