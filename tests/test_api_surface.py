@@ -142,7 +142,54 @@ def test_reexports_are_the_sub_package_objects():
         assert getattr(chainermn, name) is not None, name
 
 
+def test_later_version_links_names():
+    # Added by Chainer v7's chainermn (issue 18); not in the seeds.
+    import chainermn
+    import chainermn_links
+    assert 'create_multi_node_n_step_rnn' in chainermn.links.__all__
+    assert chainermn.links.create_multi_node_n_step_rnn is chainermn_links.links.create_multi_node_n_step_rnn
+    assert resolve('chainermn.links.create_multi_node_n_step_rnn') is chainermn.links.create_multi_node_n_step_rnn
+
+
 def test_unknown_attribute_raises_attribute_error():
     import chainermn
     with pytest.raises(AttributeError, match='no_such_name'):
         chainermn.no_such_name  # noqa: B018
+
+
+#: Public names of the later ChainerMN (the one bundled with Chainer v5-v7) provided here too, with
+#: the signatures that version documented (issue 18).
+LATER_SIGNATURES = {
+    'chainermn.CommunicatorBase.finalize': '(self)',
+    'chainermn.CommunicatorBase.allreduce_grad': '(self, model, zero_fill=True)',
+    'chainermn.extensions.multi_node_snapshot': '(comm, snapshot, replica_sets)',
+    'chainermn.extensions.MultiNodeEarlyStoppingTrigger':
+        "(comm, check_trigger=(1, 'epoch'), monitor='main/loss', patience=3, mode='auto', "
+        "verbose=False, max_trigger=(100, 'epoch'))",
+    'chainermn.extensions.ObservationAggregator':
+        "(comm, original_key, aggregated_key=None, *, comm_trigger=(1, 'iteration'), aggregator=None)",
+    'chainermn.extensions.GenericMultiNodeEvaluator':
+        '(comm, iterator, target, device=None, converter=CONCAT, root=0, progress_hook=None)',
+}
+
+
+@pytest.mark.parametrize('name', sorted(LATER_SIGNATURES))
+def test_later_version_names_resolve_with_their_signatures(name):
+    import inspect
+
+    import chainer
+    obj = resolve(name)
+    sig = str(inspect.signature(obj)).replace(repr(chainer.dataset.concat_examples), 'CONCAT')
+    assert sig == LATER_SIGNATURES[name]
+
+
+def test_later_version_names_are_exported_where_that_version_had_them():
+    import chainermn
+    import chainermn_train
+    for name in ('multi_node_snapshot', 'MultiNodeEarlyStoppingTrigger', 'ObservationAggregator',
+                 'GenericMultiNodeEvaluator'):
+        assert name in chainermn.extensions.__all__
+        assert getattr(chainermn.extensions, name) is getattr(chainermn_train.extensions, name)
+    import chainermn_comm
+    for method in ('finalize', 'allreduce_grad', 'multi_node_mean_grad'):
+        assert callable(getattr(chainermn_comm.NaiveCommunicator, method))  # no MPI here

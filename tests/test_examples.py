@@ -78,3 +78,20 @@ def test_model_parallel_tiny(tmp_path):
     res = run_mpi(args, 2, timeout=400, cwd=str(tmp_path))
     assert not res.timed_out and res.returncode == 0, res.stdout[-8000:] + res.stderr[-8000:]
     assert re.search(r'accuracy|loss', res.stdout), res.stdout[-8000:]
+
+
+def test_model_parallel_two_ranks_user_script(tmp_path):
+    """Rank 1 trains lazily initialised layers on create_empty_dataset with the default converter."""
+    res = run_mpi([os.path.join(ROOT, 'tests', 'model_parallel', 'mp_two_ranks.py'), '--epoch', '2',
+                   '--seed', '0'], 2, timeout=400, cwd=str(tmp_path))
+    acc, _, _, report = _final(res)
+    assert 0.95 < acc <= 1.0, report
+
+
+def test_data_and_model_parallel_four_ranks(tmp_path):
+    """The README's `mpiexec -n 4 python examples/model_parallel/train_data_model_parallel.py`."""
+    res = run_mpi([os.path.join(EXAMPLES, 'model_parallel', 'train_data_model_parallel.py'),
+                   '--epoch', '4', '--seed', '0', '--no-progress'], 4, timeout=500, cwd=str(tmp_path))
+    acc, _, fields, report = _final(res)
+    assert fields['ranks'] == '4' and fields['epochs'] == '4', report
+    assert 0.95 < acc <= 1.0, report

@@ -104,3 +104,14 @@ def test_gpu_benchmark_runs_on_the_stand_in():
     for key in ('batched_float32', 'batched_float16', 'per_array_float32'):
         assert figures[key]['pack_ms'] > 0 and figures[key]['unpack_GBps'] > 0
     assert figures['fp16_over_fp32_time'] > 0 and figures['d2d_copy_GBps'] > 0
+
+
+def test_nccl_calls_are_watched_not_waited_for_on_the_stand_in():
+    """test_nccl_watch.py's NcclGroup case, run where the stand-in is importable as cupy."""
+    env = dict(os.environ, **_env())
+    res = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                          os.path.join(HERE, 'test_nccl_watch.py'), '-k', 'nccl_group'],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    out = res.stdout.decode(errors='replace')
+    assert res.returncode == 0, out
+    assert re.search(r'\b1 passed\b', out), out

@@ -3,13 +3,14 @@
 from chainermn_comm import global_except_hook
 from chainermn_comm._errors import CommunicationError, CommunicatorUnavailableError
 from chainermn_comm._factory import COMMUNICATOR_NAMES, CPUModeWarning, create_communicator
+from chainermn_comm._finalize import CommunicatorFinalizedError
 from chainermn_comm._mpi_base import MpiCommunicatorBase
 from chainermn_comm._version import __version__
 from chainermn_comm.communicator_base import CommunicatorBase
 from chainermn_comm.naive import NaiveCommunicator
 
 __all__ = ['create_communicator', 'CommunicatorBase', 'MpiCommunicatorBase', 'NaiveCommunicator',
-           'CommunicationError', 'CommunicatorUnavailableError', 'CPUModeWarning',
-           'COMMUNICATOR_NAMES', 'global_except_hook', '__version__']
+           'CommunicationError', 'CommunicatorFinalizedError', 'CommunicatorUnavailableError',
+           'CPUModeWarning', 'COMMUNICATOR_NAMES', 'global_except_hook', '__version__']
 
 global_except_hook._add_hook_if_enabled()

@@ -7,6 +7,7 @@ import numpy
 
 from chainermn_comm import _arrays
 from chainermn_comm import _dtypes
+from chainermn_comm import _finalize
 from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
@@ -105,6 +106,8 @@ class MpiCommunicatorBase(CommunicatorBase):
         self._guard = CallGuard(mpi_comm, timeout=timeout)
         self._reducer = _shm_reduce.NodeReducer(mpi_comm, self._topology,
                                                  _grad.ChunkedReducer(mpi_comm))
+        #: Whether ``finalize`` frees ``mpi_comm`` (true for communicators made by ``split``).
+        self._owns_mpi_comm = False
 
     def __repr__(self):
         return '<{} rank={} size={} intra={}/{} inter={}/{}>'.format(
@@ -473,7 +476,24 @@ class MpiCommunicatorBase(CommunicatorBase):
             new = self._mpi_comm.Split(color, key)
         if new == MPI.COMM_NULL:  # color=MPI.UNDEFINED: this rank is in no new communicator
             return None
-        return type(self)(mpi_comm=new, **self._init_kwargs)
+        sub = type(self)(mpi_comm=new, **self._init_kwargs)
+        sub._owns_mpi_comm = True
+        return sub
+
+    # -- life cycle -----------------------------------------------------------
+    def finalize(self):
+        if isinstance(self._guard, _finalize.FinalizedGuard):
+            return
+        self._release()
+        guard, self._guard = self._guard, _finalize.FinalizedGuard(self)
+        _finalize.close_guard(guard)
+        if self._owns_mpi_comm:
+            _finalize.free_comm(self._mpi_comm)
+
+    def _release(self):
+        """Free shared memory, sub-communicators and buffers (collective); subclasses extend it."""
+        reducer, self._reducer = self._reducer, None
+        reducer.free()
 
 
 def _split_into(recv, counts, outs):

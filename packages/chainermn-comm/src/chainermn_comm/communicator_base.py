@@ -112,8 +112,13 @@ class CommunicatorBase(abc.ABC):
         """Broadcast the parameter data of a Chainer link from rank 0."""
 
     @abc.abstractmethod
-    def allreduce_grad(self, model):
-        """Average the parameter gradients of a Chainer link over all processes."""
+    def allreduce_grad(self, model, zero_fill=True):
+        """Average the parameter gradients of a Chainer link over all processes.
+
+        With ``zero_fill`` a parameter whose gradient is ``None`` takes part with zeros (and
+        receives the average); without it such parameters are skipped, so every rank must then
+        have gradients for the same parameters.
+        """
 
     def multi_node_mean_grad(self, model, zero_fill=True):
         """Average the parameter gradients of a Chainer link (newer name of ``allreduce_grad``)."""
@@ -122,3 +127,10 @@ class CommunicatorBase(abc.ABC):
     @abc.abstractmethod
     def split(self, color, key):
         """Split into sub-communicators like ``MPI_Comm_split``."""
+
+    def finalize(self):
+        """Release what the communicator holds; later calls raise, a second finalize does nothing.
+
+        Collective: call it on every rank of the communicator, after the last communication.
+        This base implementation holds nothing and does nothing.
+        """

@@ -1,5 +1,7 @@
 """MultiNodeChainList: a model made of components that exchange variables with other ranks."""
 
+import collections
+
 import chainer
 
 from chainermn_links._share_comm import deepcopy_sharing_comm
@@ -18,9 +20,6 @@ def _rank_list(value, what, comm):
         if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < comm.size:
             raise ValueError('rank {}: MultiNodeChainList.add_link {} must be None, an int or a list of '
                              'ints in 0..{}; got {!r}'.format(comm.rank, what, comm.size - 1, value))
-        if r == comm.rank:
-            raise ValueError('rank {}: MultiNodeChainList.add_link {}={!r} names this process itself; '
-                             'use None for model inputs/outputs'.format(comm.rank, what, value))
         out.append(r)
     if not out:
         raise ValueError('rank {}: MultiNodeChainList.add_link {} is an empty list; use None'.format(
@@ -55,12 +54,18 @@ class MultiNodeChainList(chainer.ChainList):
     component with ``rank_out=None`` (connected to everything sent after it), or, when no
     component produces model outputs, the delegate variable of the last send: call
     ``backward()`` on what it returns on every rank.
+
+    A component may name this process itself in ``rank_in`` / ``rank_out`` (alone or in a
+    list with other ranks): what it sends to itself goes into a local first-in first-out
+    queue instead of MPI, a later component that names this rank in ``rank_in`` takes it
+    from there, and backward returns the gradient through the same local graph.
     """
 
     def __init__(self, comm):
         super().__init__()
         self.comm = comm
         self._rank_inouts = []
+        self._queued = 0     # outputs sent to this process itself and not yet received
 
     def __deepcopy__(self, memo):
         return deepcopy_sharing_comm(self, memo)
@@ -72,15 +77,32 @@ class MultiNodeChainList(chainer.ChainList):
         Variable, or a tuple if a tuple was sent); with an int it gets one such argument; with
         None it gets the model's inputs.  Its output (a Variable or a tuple) is sent to every
         rank of ``rank_out`` in order, or becomes the model output when ``rank_out`` is None.
+        This process's own rank may appear in both; it goes through a local queue (first in,
+        first out), so a ``rank_in`` naming it needs an earlier ``rank_out`` naming it.
         """
+        me = self.comm.rank
         in_ranks = _rank_list(rank_in, 'rank_in', self.comm)
         out_ranks = _rank_list(rank_out, 'rank_out', self.comm)
+        gets = in_ranks.count(me) if in_ranks else 0
+        if gets > self._queued:
+            raise ValueError(
+                'rank {0}: MultiNodeChainList.add_link rank_in={1!r} receives {2} input(s) from this '
+                'process itself, but the earlier components send only {3} output(s) to it that are not '
+                'received yet; add a component with rank_out={0} (or a list containing {0}) before '
+                'this one'.format(me, rank_in, gets, self._queued))
         super().add_link(link)
         self._rank_inouts.append((in_ranks, out_ranks))
+        self._queued += (out_ranks.count(me) if out_ranks else 0) - gets
 
     def forward(self, *inputs):
         """Run every component in order; see the class docstring for what is returned."""
         comm = self.comm
+        if self._queued:
+            raise ValueError(
+                'rank {0}: MultiNodeChainList components send {1} output(s) to this process itself '
+                '(rank_out={0}) that no later component receives (rank_in={0}); add the receiving '
+                'components or drop {0} from rank_out'.format(comm.rank, self._queued))
+        queue = collections.deque()   # what components sent to this process itself
         last = None          # the latest variable of this rank's graph (delegate or output)
         model_out = None     # output of the latest component with rank_out=None
         for link, (in_ranks, out_ranks) in zip(self._children, self._rank_inouts):
@@ -97,7 +119,12 @@ class MultiNodeChainList(chainer.ChainList):
             else:
                 args = []
                 for r in in_ranks:
-                    args.append(recv(comm, r, delegate_variable=last))
+                    if r != comm.rank:
+                        args.append(recv(comm, r, delegate_variable=last))
+                        continue
+                    item = queue.popleft()
+                    # Connect it to the previous component so backward keeps the reverse order.
+                    args.append(item if _as_tuple(item)[0] is last else _connect(last, item))
                 last_used = True
             y = link(*args)
             if not last_used:
@@ -110,7 +137,11 @@ class MultiNodeChainList(chainer.ChainList):
                 for i, r in enumerate(out_ranks):
                     if i > 0:
                         y = _connect(last, y)
-                    last = send(y, comm, r)
+                    if r == comm.rank:
+                        queue.append(y)
+                        last = _as_tuple(y)[0]
+                    else:
+                        last = send(y, comm, r)
         if model_out is None:
             return last
         if _as_tuple(model_out)[0] is last:

@@ -128,3 +128,31 @@ def test_deepcopy_shares_communicator():
     mn = MultiNodeBatchNormalization(3, comm)
     c = copy.deepcopy(mn)
     assert c.comm is comm and c.gamma is not mn.gamma
+
+
+def test_dtype_none_follows_config_dtype():
+    with chainer.using_config('dtype', numpy.float16):
+        mn = MultiNodeBatchNormalization(3, comm)
+        ref = L.BatchNormalization(3)
+        explicit = MultiNodeBatchNormalization(3, comm, dtype=numpy.float64)
+    for link in (mn, ref):
+        assert link.gamma.dtype == numpy.float16 and link.beta.dtype == numpy.float16
+        assert link.avg_mean.dtype == numpy.float16 and link.avg_var.dtype == numpy.float16
+    assert explicit.gamma.dtype == numpy.float64 and explicit.avg_mean.dtype == numpy.float64
+    with chainer.using_config('dtype', numpy.float64):
+        assert MultiNodeBatchNormalization(3, comm).gamma.dtype == numpy.float64
+        assert MultiNodeBatchNormalization(3, comm, dtype=numpy.float32).gamma.dtype == numpy.float32
+    with chainer.using_config('dtype', chainer.mixed16):
+        assert MultiNodeBatchNormalization(3, comm).avg_var.dtype == numpy.float16
+    # float16 statistics train like chainer's own float16 BatchNormalization on the global batch.
+    xg, wg = global_batch((3,), seed=60, dtype=numpy.float16)
+    yr = ref(chainer.Variable(xg.copy()))
+    F.sum(yr * wg).backward()
+    ym = mn(chainer.Variable(xg[LOCAL].copy()))
+    F.sum(ym * wg[LOCAL]).backward()
+    assert ym.dtype == numpy.float16 and mn.gamma.grad.dtype == numpy.float16
+    numpy.testing.assert_allclose(ym.array.astype(numpy.float64), yr.array[LOCAL], rtol=1e-2, atol=1e-2)
+    numpy.testing.assert_allclose(allsum(mn.gamma.grad.astype(numpy.float32)), ref.gamma.grad,
+                                  rtol=2e-2, atol=2e-2)
+    numpy.testing.assert_allclose(mn.avg_mean, ref.avg_mean, rtol=1e-2, atol=1e-2)
+    numpy.testing.assert_allclose(mn.avg_var, ref.avg_var, rtol=1e-2, atol=1e-2)

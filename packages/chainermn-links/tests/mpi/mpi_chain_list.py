@@ -286,6 +286,157 @@ def test_rank_out_list_and_rank_in_list():
         assert_same_params(mid, ref[RANK])
 
 
+class Cat(chainer.Chain):
+    """Concatenates its inputs (each (batch, 3)) and applies an MLP."""
+
+    def __init__(self, n, seed):
+        super().__init__()
+        with self.init_scope():
+            self.m = MLP(3 * n, 4, 3, seed)
+
+    def forward(self, *xs):
+        return self.m(F.concat(xs, axis=1))
+
+
+def check_like_one_process(ref_forward, ref_links, model, step_inputs, mine):
+    """Compare ``model`` (this rank's part) with ``ref_forward`` run on the whole model here.
+
+    Two rounds of forward + backward with a cross-entropy loss on rank 0's model output (the
+    other ranks call backward on what ``model()`` returns).  Asserts rank 0's output and input
+    gradient, and the parameter gradients of this rank's components ``mine`` (name -> link)
+    against the reference links of the same names.
+    """
+    for x, t in list(batches(321))[:2]:
+        for link in list(ref_links.values()) + [model]:
+            link.cleargrads()
+        xr = chainer.Variable(x.copy())
+        yr = ref_forward(xr)
+        F.softmax_cross_entropy(yr, t).backward()
+        if RANK == 0:
+            xm = chainer.Variable(x.copy())
+            ym = model(xm, *step_inputs)
+            numpy.testing.assert_allclose(ym.array, yr.array, rtol=1e-12, atol=1e-12)
+            F.softmax_cross_entropy(ym, t).backward()
+            numpy.testing.assert_allclose(xm.grad, xr.grad, rtol=1e-10, atol=1e-12)
+        else:
+            out = model(*step_inputs)
+            assert out.shape == ()
+            out.backward()
+        assert mine, 'rank {} owns no component'.format(RANK)
+        for name, link in mine.items():
+            want = dict(ref_links[name].namedparams())
+            got = dict(link.namedparams())
+            assert sorted(got) == sorted(want)
+            for pname, p in want.items():
+                assert p.grad is not None and numpy.abs(p.grad).sum() > 0, (name, pname)
+                numpy.testing.assert_allclose(got[pname].grad, p.grad, rtol=1e-10, atol=1e-12,
+                                              err_msg='rank {} component {} param {}'.format(
+                                                  RANK, name, pname))
+
+
+@pytest.mark.parametrize('self_first', [True, False])
+def test_branching_through_own_rank(self_first):
+    # Rank 0 keeps one branch on itself and sends the stem's output to every other rank:
+    # stem: rank_out=[0] + children; keep: rank_in=0, rank_out=0; join: rank_in=[0] + children.
+    children = list(range(1, SIZE))
+    order = [0] + children if self_first else children + [0]
+    refs = {'stem': MLP(4, 5, 3, 80), 'keep': MLP(3, 4, 3, 81), 'join': Cat(SIZE, 82)}
+    refs.update({'branch{}'.format(r): MLP(3, 4, 3, 83 + r) for r in children})
+
+    def ref_forward(x):
+        h = refs['stem'](x)
+        got = {0: refs['keep'](h)}
+        got.update({r: refs['branch{}'.format(r)](h) for r in children})
+        return refs['join'](*[got[r] for r in order])
+
+    model = MultiNodeChainList(comm)
+    if RANK == 0:
+        mine = {'stem': MLP(4, 5, 3, 80), 'keep': MLP(3, 4, 3, 81), 'join': Cat(SIZE, 82)}
+        model.add_link(mine['stem'], rank_in=None, rank_out=order)
+        model.add_link(mine['keep'], rank_in=0, rank_out=0)
+        model.add_link(mine['join'], rank_in=order, rank_out=None)
+    else:
+        mine = {'branch{}'.format(RANK): MLP(3, 4, 3, 83 + RANK)}
+        model.add_link(mine['branch{}'.format(RANK)], rank_in=0, rank_out=0)
+    check_like_one_process(ref_forward, refs, model, (), mine)
+
+
+@needs2
+def test_twisting_through_own_rank():
+    # A chain 0 -> 1 -> ... -> last that twists back: each rank keeps a copy of what it got
+    # in a local queue, and the way back joins it with what comes back from the next rank.
+    #   rank 0:      a0: None -> [1, 0];      a1: [1, 0] -> None
+    #   middle r:    b0: r-1 -> [r, r+1];     b1: r+1 -> r;     b2: [r, r] -> r-1
+    #   last rank L: c0: L-1 -> L;            c1: L -> L-1
+    last = SIZE - 1
+    refs = {'a0': MLP(4, 5, 3, 90), 'a1': Cat(2, 91), 'c0': MLP(3, 4, 3, 92), 'c1': MLP(3, 3, 3, 93)}
+    for r in range(1, last):
+        refs.update({'b0_{}'.format(r): MLP(3, 4, 3, 100 + r), 'b1_{}'.format(r): MLP(3, 5, 3, 110 + r),
+                     'b2_{}'.format(r): Cat(2, 120 + r)})
+
+    def back(r, h):
+        if r == last:
+            return refs['c1'](refs['c0'](h))
+        h0 = refs['b0_{}'.format(r)](h)
+        g = refs['b1_{}'.format(r)](back(r + 1, h0))
+        return refs['b2_{}'.format(r)](h0, g)
+
+    def ref_forward(x):
+        h0 = refs['a0'](x)
+        return refs['a1'](back(1, h0), h0)
+
+    model = MultiNodeChainList(comm)
+    if RANK == 0:
+        mine = {'a0': MLP(4, 5, 3, 90), 'a1': Cat(2, 91)}
+        model.add_link(mine['a0'], rank_in=None, rank_out=[1, 0])
+        model.add_link(mine['a1'], rank_in=[1, 0], rank_out=None)
+    elif RANK == last:
+        mine = {'c0': MLP(3, 4, 3, 92), 'c1': MLP(3, 3, 3, 93)}
+        model.add_link(mine['c0'], rank_in=last - 1, rank_out=last)
+        model.add_link(mine['c1'], rank_in=last, rank_out=last - 1)
+    else:
+        r = RANK
+        mine = {'b0_{}'.format(r): MLP(3, 4, 3, 100 + r), 'b1_{}'.format(r): MLP(3, 5, 3, 110 + r),
+                'b2_{}'.format(r): Cat(2, 120 + r)}
+        model.add_link(mine['b0_{}'.format(r)], rank_in=r - 1, rank_out=[r, r + 1])
+        model.add_link(mine['b1_{}'.format(r)], rank_in=r + 1, rank_out=r)
+        model.add_link(mine['b2_{}'.format(r)], rank_in=[r, r], rank_out=r - 1)
+    check_like_one_process(ref_forward, refs, model, (), mine)
+
+
+def test_own_rank_tuple_and_training_matches_one_process():
+    # A tuple sent to this rank itself arrives as a tuple; training steps match one process.
+    ref = chainer.ChainList(Fork(10), Join(20), MLP(3, 4, 3, 30))
+
+    def ref_step(x, t):
+        F.softmax_cross_entropy(ref[2](ref[1](ref[0](x))), t).backward()
+    train(ref_step, [ref])
+    model = MultiNodeChainList(comm)
+    fork, join, head = Fork(10), Join(20), MLP(3, 4, 3, 30)
+    model.add_link(fork, rank_in=None, rank_out=RANK)
+    model.add_link(join, rank_in=RANK, rank_out=[RANK])
+    model.add_link(head, rank_in=[RANK], rank_out=None)
+    train(lambda x, t: F.softmax_cross_entropy(model(x), t).backward(), [model])
+    assert_same_params(fork, ref[0])
+    assert_same_params(join, ref[1])
+    assert_same_params(head, ref[2])
+
+
+def test_own_rank_errors():
+    model = MultiNodeChainList(comm)
+    with pytest.raises(ValueError, match='receives 1 input.*from this process itself.*only 0'):
+        model.add_link(MLP(2, 2, 2, 0), rank_in=RANK)
+    model.add_link(MLP(2, 2, 2, 0), rank_out=[RANK])
+    with pytest.raises(ValueError, match='receives 2 input.*only 1'):
+        model.add_link(MLP(2, 2, 2, 0), rank_in=[RANK, RANK])
+    assert len(model) == 1
+    # An output sent to this rank that nobody receives is refused before any communication.
+    with pytest.raises(ValueError, match='that no later component receives'):
+        model(numpy.zeros((1, 2)))
+    model.add_link(MLP(2, 2, 2, 1), rank_in=RANK)
+    assert model(numpy.zeros((1, 2))).shape == (1, 2)
+
+
 def test_add_link_argument_errors():
     model = MultiNodeChainList(comm)
     with pytest.raises(ValueError, match='itself'):

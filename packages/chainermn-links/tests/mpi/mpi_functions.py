@@ -65,6 +65,37 @@ def test_gather_grad(root):
 
 
 @pytest.mark.parametrize('root', [0, -1])
+def test_gather_grad_shape_per_rank(root):
+    root = root % SIZE
+    check_backward_across_ranks(comm, lambda x: mnf.gather(comm, x, root=root),
+                                [data((RANK + 1, RANK + 1), seed=9)])
+
+
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32, numpy.float64])
+@pytest.mark.parametrize('root', [0, -1])
+def test_gather_shape_per_rank_values_and_grads(dtype, root):
+    # Rank r sends shape (r+1, r+1); the root gets each rank's own shape, and backward
+    # returns each rank the gradient of its own piece in its own shape and dtype.
+    root = root % SIZE
+    x = chainer.Variable(data((RANK + 1, RANK + 1), seed=10, dtype=dtype))
+    ys = mnf.gather(comm, x, root=root)
+    if RANK == root:
+        assert isinstance(ys, tuple) and len(ys) == SIZE
+        loss = None
+        for r, y in enumerate(ys):
+            assert y.shape == (r + 1, r + 1) and y.dtype == dtype
+            numpy.testing.assert_array_equal(y.array, data((r + 1, r + 1), r, seed=10, dtype=dtype))
+            term = F.sum(y * data((r + 1, r + 1), r, seed=11, dtype=dtype))
+            loss = term if loss is None else loss + term
+        loss.backward()
+    else:
+        assert ys.shape == ()
+        ys.backward()
+    assert x.grad.shape == (RANK + 1, RANK + 1) and x.grad.dtype == dtype
+    numpy.testing.assert_array_equal(x.grad, data((RANK + 1, RANK + 1), seed=11, dtype=dtype))
+
+
+@pytest.mark.parametrize('root', [0, -1])
 def test_scatter_grad(root):
     root = root % SIZE
     inputs = [data((r + 1, 2), seed=5) for r in range(SIZE)] if RANK == root else []

@@ -76,32 +76,28 @@ class MultiNodeOptimizer:
             raise RuntimeError('rank {}: the multi-node optimizer is not set up; call '
                                'optimizer.setup(model) before update()'.format(self.communicator.rank))
         if lossfun is not None:
+            # Parameters that exist before the forward pass are made equal before it runs.
             self._mn_sync_if_changed()
-            has_uninit = any(p.array is None for _, p in target.namedparams())
-            saved = _params.snapshot_persistents(target) if has_uninit else None
             loss = lossfun(*args, **kwds)
-            if saved is not None and _params.param_signature(target) != self._mn_synced_sig:
-                # Lazily initialised parameters were just created with this rank's own random
-                # values: undo the forward pass's side effects, take rank 0's values and redo it.
-                del loss
-                _params.restore_persistents(saved)
-                self._mn_bcast_params()
-                loss = lossfun(*args, **kwds)
-            if self.overlap:
+            if self.overlap and not self._mn_params_created():
                 target.cleargrads()
                 self._mn_overlap().run_backward(loss, loss_scale=opt._loss_scale)
                 del loss
+                opt.update()
+                return
+            if getattr(opt, '_use_cleargrads', True):
+                target.cleargrads()
             else:
-                if getattr(opt, '_use_cleargrads', True):
-                    target.cleargrads()
-                else:
-                    target.zerograds()
-                loss.backward(loss_scale=opt._loss_scale)
-                del loss
-                self._mn_mean_grads(target)
-        else:
-            self._mn_sync_if_changed()
-            self._mn_mean_grads(target)
+                target.zerograds()
+            loss.backward(loss_scale=opt._loss_scale)
+            del loss
+        if self._mn_params_created():
+            # Parameters created by this forward pass (lazily initialised links) hold each rank's
+            # own random values, so the gradients do not belong to one model: take rank 0's
+            # parameters and skip this update rather than run the user's forward pass again.
+            self._mn_bcast_params()
+            return
+        self._mn_mean_grads(target)
         opt.update()
 
     def new_epoch(self, auto=False):
@@ -128,11 +124,31 @@ class MultiNodeOptimizer:
 
     def _mn_bcast_params(self):
         target = self.actual_optimizer.target
+        sig = _params.param_signature(target)
+        self._mn_check_same_model(sig)
         self.communicator.bcast_data(target)
-        self.__dict__['_mn_synced_sig'] = _params.param_signature(target)
+        self.__dict__['_mn_synced_sig'] = sig
+
+    def _mn_check_same_model(self, sig):
+        """Raise ValueError on every rank unless every rank holds rank 0's parameters."""
+        comm = self.communicator
+        root_sig = comm.bcast_obj(sig)
+        differing = comm.allreduce_obj(int(sig != root_sig))
+        if differing:
+            raise ValueError(
+                'rank {}: {} of the {} ranks of the multi-node optimizer\'s communicator hold other '
+                'parameters than its rank 0 (this rank: {}). It averages gradients over ranks '
+                'that hold the same model: create it on a communicator of exactly those ranks (for '
+                'model parallelism the ranks that hold the same part, e.g. '
+                'comm.split(part_index, comm.rank))'.format(
+                    comm.rank, differing, comm.size, _params.describe_difference(sig, root_sig)))
+
+    def _mn_params_created(self):
+        """Return True when the initialised parameters changed since the last broadcast."""
+        return _params.param_signature(self.actual_optimizer.target) != self._mn_synced_sig
 
     def _mn_sync_if_changed(self):
-        if _params.param_signature(self.actual_optimizer.target) != self._mn_synced_sig:
+        if self._mn_params_created():
             self._mn_bcast_params()
 
     def _mn_mark_synced(self):

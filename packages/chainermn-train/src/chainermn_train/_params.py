@@ -1,9 +1,6 @@
 """Helpers on a link's parameters and persistents shared by the optimizer and extensions."""
 
-import numpy
-
-__all__ = ['param_signature', 'sorted_params', 'iter_persistents', 'snapshot_persistents',
-           'restore_persistents']
+__all__ = ['param_signature', 'describe_difference', 'sorted_params', 'iter_persistents']
 
 
 def sorted_params(link):
@@ -22,6 +19,21 @@ def param_signature(link):
     return tuple(sig)
 
 
+def describe_difference(mine, theirs):
+    """Return where the signature ``mine`` first differs from ``theirs`` (rank 0's), in words."""
+    def fmt(entry):
+        name, shape, dtype = entry
+        return '{} uninitialised'.format(name) if shape is None else '{} {} {}'.format(
+            name, shape, dtype)
+
+    if mine == theirs:
+        return 'the same as rank 0'
+    for a, b in zip(mine, theirs):
+        if a != b:
+            return 'has {} where rank 0 has {}'.format(fmt(a), fmt(b))
+    return '{} parameters where rank 0 has {}'.format(len(mine), len(theirs))
+
+
 def iter_persistents(link):
     """Yield ``(path, owner_link, attr_name, value)`` for every persistent, sorted by path."""
     items = []
@@ -31,27 +43,3 @@ def iter_persistents(link):
             items.append((path, owner, attr, owner.__dict__.get(attr)))
     items.sort(key=lambda t: t[0])
     return items
-
-
-def _copy(value):
-    if value is None or isinstance(value, (int, float, bool, str)):
-        return value
-    if hasattr(value, 'copy'):
-        return value.copy()
-    return value
-
-
-def snapshot_persistents(link):
-    """Return a copy of every persistent value of ``link`` (to undo a forward pass's side effects)."""
-    return [(owner, attr, _copy(value)) for _, owner, attr, value in iter_persistents(link)]
-
-
-def restore_persistents(snapshot):
-    """Put back the persistent values saved by :func:`snapshot_persistents`."""
-    for owner, attr, value in snapshot:
-        current = owner.__dict__.get(attr)
-        if (isinstance(value, numpy.ndarray) and isinstance(current, numpy.ndarray)
-                and current.shape == value.shape and current.dtype == value.dtype):
-            current[...] = value
-        else:
-            setattr(owner, attr, value)

@@ -2,6 +2,7 @@
 
 import copy
 import os
+import re
 import sys
 
 import chainer
@@ -52,6 +53,12 @@ def _run(kind, lazy=False, precomputed=False, overlap=False):
     for h in rhooks:
         ropt.add_hook(h)
     init = None if lazy else _common.params_of(ref)
+    calls = [0]
+
+    def counted(x, y):
+        calls[0] += 1
+        return _common.loss_fn(model)(x, y)
+
     for k, (x, y, gx, gy) in enumerate(_batches(comm.size, comm.rank)):
         if lazy and k == 0:   # lazy parameters are drawn at the first forward pass
             numpy.random.seed(200 + comm.rank)
@@ -60,10 +67,15 @@ def _run(kind, lazy=False, precomputed=False, overlap=False):
             F.mean_squared_error(model(x), y).backward()
             mopt.update()
         else:
-            mopt.update(_common.loss_fn(model), x, y)
+            mopt.update(counted, x, y)
+            assert calls[0] == k + 1   # the loss function runs once per update, the first included
         if lazy and k == 0:
+            # The first forward pass created the parameters: the multi-node optimizer took
+            # rank 0's values and skipped this update; the reference only initialises them.
             numpy.random.seed(200)
-        ropt.update(_common.loss_fn(ref), gx, gy)
+            ref(gx)
+        else:
+            ropt.update(_common.loss_fn(ref), gx, gy)
         got, want = _common.params_of(model), _common.params_of(ref)
         assert sorted(got) == sorted(want)
         for name in want:
@@ -71,7 +83,7 @@ def _run(kind, lazy=False, precomputed=False, overlap=False):
                                           err_msg='{} iteration {} param {}'.format(kind, k, name))
         if k == 0 and init is not None:   # the first update was not lost
             assert any(not numpy.array_equal(init[n], got[n]) for n in got)
-    assert mopt.t == ITERS == ropt.t
+    assert mopt.t == ropt.t == (ITERS - 1 if lazy else ITERS)
     return mopt
 
 
@@ -149,3 +161,23 @@ def test_double_buffering_trajectory():
             numpy.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12,
                                           err_msg='iteration {} param {}'.format(k, name))
     mopt.finish()
+
+
+def test_different_models_on_the_ranks_raise_everywhere():
+    """Two ranks holding different parts of a model have nothing to average: a clear error."""
+    comm = _common.comm()
+    model = _common.MLP(4, n_hidden=5 if comm.rank == 0 else 6)
+    opt = chainermn_train.create_multi_node_optimizer(chainer.optimizers.SGD(), comm)
+    if comm.size == 1:
+        opt.setup(model)
+        return
+    with pytest.raises(ValueError, match=r'(?s)hold other parameters than its rank 0.*'
+                                         r'comm.split\(part_index') as e:
+        opt.setup(model)
+    if comm.rank == 0:
+        assert 'this rank: the same as rank 0' in str(e.value)
+    else:
+        assert re.search(r'has /l1/W \(6, 4\) <f[48] where rank 0 has /l1/W \(5, 4\) <f[48]',
+                         str(e.value)), str(e.value)
+    # The ranks are still in step: the same communicator works afterwards.
+    assert comm.allreduce_obj(1) == comm.size

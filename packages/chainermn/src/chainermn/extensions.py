@@ -1,7 +1,9 @@
 """Trainer extensions (``chainermn.extensions``), from chainermn-train.
 
-``AllreducePersistent``, plus the multi-node checkpointer and evaluator factories (also at the
-top level: ``chainermn.create_multi_node_checkpointer`` and ``chainermn.create_multi_node_evaluator``).
+``AllreducePersistent``, the multi-node checkpointer and evaluator factories (also at the top
+level: ``chainermn.create_multi_node_checkpointer`` and ``chainermn.create_multi_node_evaluator``),
+and the extensions of later ChainerMN versions: ``multi_node_snapshot``,
+``MultiNodeEarlyStoppingTrigger``, ``ObservationAggregator`` and ``GenericMultiNodeEvaluator``.
 """
 
 from chainermn_train import (create_multi_node_checkpoint, create_multi_node_checkpointer,

@@ -1,6 +1,7 @@
 """Multi-node links (``chainermn.links``), from chainermn-links.
 
-``MultiNodeBatchNormalization``, ``create_mnbn_model`` and ``MultiNodeChainList``.
+``MultiNodeBatchNormalization``, ``create_mnbn_model``, ``create_multi_node_n_step_rnn`` and
+``MultiNodeChainList``.
 """
 
 from chainermn_links import MultiNodeChainList

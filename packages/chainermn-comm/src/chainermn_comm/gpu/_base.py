@@ -41,6 +41,13 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
     def _setup(self):
         """Create sub-communicators (collective; called once from __init__)."""
 
+    def _release(self):
+        """Wait for queued device work, drop the packing buffers, then release the MPI resources."""
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
+        self._packer.release()
+        super()._release()
+
     def _grad_align(self):
         """Return the multiple packed gradient buffers are padded to (node size for reduce-scatter)."""
         return 1
@@ -50,6 +57,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         _arrays.check_current_device(arr, what, self.rank)
 
     def _sync(self):
+        """Wait for the current stream: NCCL calls return before their work is done."""
         import cupy
         cupy.cuda.get_current_stream().synchronize()
 
@@ -61,6 +69,8 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
             for start in range(0, b.size, _MAX_PIECE):
                 comm.Bcast(b[start:start + _MAX_PIECE], root=root)
             return
+        if comm.Get_rank() == root:
+            self._sync()
         host = b.get() if comm.Get_rank() == root else numpy.empty(b.size, numpy.uint8)
         for start in range(0, host.size, _MAX_PIECE):
             comm.Bcast(host[start:start + _MAX_PIECE], root=root)
@@ -86,6 +96,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
             comm.Allreduce(MPI.IN_PLACE, wide, mpi_op)
             arr[...] = wide
             return
+        self._sync()
         host = arr.get()
         _host_allreduce_inplace(comm, host.reshape(-1), mpi_op)
         arr.set(host)
@@ -220,7 +231,7 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         with self._guard('send', (), collective=False, dest=dest, tag=tag,
                          shapes=[b.shape for b, _ in bufs]):
             self._pkl.send(header, dest=dest, tag=tag)
-            if any(d for _, d in bufs) and self.cuda_aware:
+            if any(d for _, d in bufs):
                 self._sync()
             for b, on_dev in bufs:
                 if on_dev and not self.cuda_aware:

@@ -1,16 +1,17 @@
-"""An NCCL communicator over an MPI communicator: created lazily, waited on with a bounded poll."""
+"""An NCCL communicator over an MPI communicator: created lazily, watched by a background thread."""
 
 import time
 
 import numpy
 
 from chainermn_comm._errors import CommunicationError
+from chainermn_comm.gpu import _nccl_watch
 
 __all__ = ['NcclGroup', 'nccl_dtype', 'nccl_op', 'wait_stream', 'NCCL_OPS']
 
 NCCL_OPS = ('sum', 'prod', 'max', 'min')
 
-#: Fraction of the watchdog timeout a wait may take before it aborts NCCL and raises.
+#: Fraction of the watchdog timeout an NCCL call may take before it is aborted and reported.
 WAIT_FRACTION = 0.9
 
 
@@ -69,6 +70,7 @@ class NcclGroup:
         self._comm = None
         self._device = None
         self._broken = None
+        self._closed = None  # after close(): how this group described itself
 
     @property
     def size(self):
@@ -85,6 +87,11 @@ class NcclGroup:
         """Return the NCCL communicator, creating it on the current device the first time."""
         import cupy
         from cupy.cuda import nccl
+        if self._closed is not None:
+            from chainermn_comm._finalize import CommunicatorFinalizedError
+            raise CommunicatorFinalizedError(
+                '{}: the NCCL communicator was released by finalize(); create a new chainermn '
+                'communicator'.format(self._closed))
         if self._broken is not None:
             raise CommunicationError('{}: NCCL communicator is unusable after an earlier failure ({}); '
                                      'create a new chainermn communicator'.format(self._describe(),
@@ -108,8 +115,8 @@ class NcclGroup:
                 '.use() before the first communication)'.format(self._describe(), dev, self._device))
         return self._comm
 
-    def _fail(self, what, err):
-        """Abort NCCL, remember the failure and raise CommunicationError naming ``what``."""
+    def _abort(self, what, err):
+        """Abort NCCL, remember the failure and return the message that names it."""
         comm, self._comm = self._comm, None
         self._broken = '{}: {}'.format(what, err)
         if comm is not None:
@@ -117,22 +124,38 @@ class NcclGroup:
                 comm.abort()
             except Exception:
                 pass
-        raise CommunicationError('{}: NCCL {} failed: {}. A rank may have died or hung; check the other '
-                                 'ranks\' output'.format(self._describe(), what, err)) from err
+        return ('{}: NCCL {} failed: {}. A rank may have died or hung; check the other ranks\' '
+                'output'.format(self._describe(), what, err))
+
+    def _fail(self, what, err):
+        """Abort NCCL, remember the failure and raise CommunicationError naming ``what``."""
+        raise CommunicationError(self._abort(what, err)) from err
 
     def wait(self, stream, what):
         """Block until ``stream`` is done, polling NCCL's async error; bounded by the watchdog timeout."""
         from cupy.cuda import nccl
         comm = self._comm
-        timeout = self._owner.timeout
-        limit = timeout * WAIT_FRACTION if timeout > 0 else 0.0
+        if comm is None:
+            if self._broken is None and self._closed is None:
+                return  # nothing was ever queued
+            self.get()  # raises: the watchdog aborted it, or finalize() released it
         try:
-            wait_stream(stream, limit, comm.check_async_error, 'NCCL ' + what)
+            wait_stream(stream, self._limit(), comm.check_async_error, 'NCCL ' + what)
         except (nccl.NcclError, TimeoutError) as e:
             self._fail(what, e)
 
-    def _call(self, what, fn, stream=None, wait=True):
-        """Run ``fn(nccl_comm, stream_ptr)`` on ``stream`` (default: current), then wait unless told not to."""
+    def _limit(self):
+        timeout = self._owner.timeout
+        return timeout * WAIT_FRACTION if timeout > 0 else 0.0
+
+    def _call(self, what, fn, stream=None, watch=True):
+        """Run ``fn(nccl_comm, stream_ptr)`` on ``stream`` (default: current) and return at once.
+
+        Later work on the same stream runs after the call, as CUDA orders it; the host does not
+        wait.  With ``watch`` the process's NCCL watchdog thread follows the call: an NCCL error
+        or a call that does not finish within the limit aborts this NCCL communicator, is
+        reported naming ``what``, and makes the next call raise CommunicationError.
+        """
         from cupy.cuda import nccl
         import cupy
         comm = self.get()
@@ -142,8 +165,11 @@ class NcclGroup:
             fn(comm, stream.ptr)
         except nccl.NcclError as e:
             self._fail(what, e)
-        if wait:
-            self.wait(stream, what)
+        if watch:
+            ev = cupy.cuda.Event(block=False, disable_timing=True)
+            ev.record(stream)
+            _nccl_watch.watchdog().watch(self, ev, what, self._limit(), comm.check_async_error,
+                                         self._abort)
 
     # -- collectives on contiguous device arrays ------------------------------
     def allreduce(self, send, recv, op='sum', what='allreduce'):
@@ -159,7 +185,7 @@ class NcclGroup:
         """
         dt, red = _dtype_op(buf, op)
         self._call(what, lambda c, s: c.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dt, red, s),
-                   stream=stream, wait=False)
+                   stream=stream, watch=False)
 
     def reduce(self, send, recv, root, op='sum', what='reduce'):
         """Reduce ``send`` into ``recv`` on ``root`` (``recv`` is ignored elsewhere)."""
@@ -193,8 +219,15 @@ class NcclGroup:
     def destroy(self):
         """Free the NCCL communicator (collective in NCCL's sense: call on every rank)."""
         comm, self._comm = self._comm, None
+        _nccl_watch.watchdog().forget(self)
         if comm is not None:
             comm.destroy()
+
+    def close(self):
+        """Destroy the NCCL communicator for good: later calls raise CommunicatorFinalizedError."""
+        if self._closed is None:
+            self._closed = self._describe()
+        self.destroy()
 
 
 def _dtype_op(arr, op):

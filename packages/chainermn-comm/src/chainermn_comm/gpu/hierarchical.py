@@ -1,5 +1,6 @@
 """The hierarchical and non_cuda_aware communicators: NCCL within a node, MPI between nodes."""
 
+from chainermn_comm._finalize import free_comm
 from chainermn_comm.gpu._base import GpuCommunicatorBase
 from chainermn_comm.gpu._layout import rank_position
 from chainermn_comm.gpu._nccl import NcclGroup, nccl_dtype, nccl_op
@@ -15,6 +16,12 @@ class TwoLevelBase(GpuCommunicatorBase):
         self._intra_mpi = self._mpi_comm.Split(topo.node_id, self.rank)
         self._inter = self._mpi_comm.Split(topo.intra_rank, self.rank)
         self._intra = NcclGroup(self._intra_mpi, 'intra-node', self)
+
+    def _release(self):
+        self._intra.close()
+        free_comm(self._intra_mpi)
+        free_comm(self._inter)
+        super()._release()
 
     def _inter_allreduce(self, arr, op):
         if self._inter.Get_size() > 1:

@@ -14,6 +14,10 @@ class PureNcclCommunicator(GpuCommunicatorBase):
     def _setup(self):
         self._nccl = NcclGroup(self._mpi_comm, 'world', self)
 
+    def _release(self):
+        self._nccl.close()
+        super()._release()
+
     def _sum_buffer(self, buf, layout):
         self._nccl.allreduce(buf, buf, 'sum', what='allreduce_grad')
 

@@ -72,7 +72,7 @@ class Bcast(function_node.FunctionNode):
 
 
 class Gather(function_node.FunctionNode):
-    """Gather every rank's input on the root; backward scatters the root's gradients back."""
+    """Gather every rank's input on the root (shapes may differ); backward scatters the gradients back."""
 
     def __init__(self, comm, root):
         self.comm = comm
@@ -83,10 +83,12 @@ class Gather(function_node.FunctionNode):
         x = inputs[1]
         self._in_spec = _util.spec(x)
         self._dummy_spec = _util.spec(inputs[0])
-        ys = comm.gather(x, root=root)
+        # A gather that allows a different shape per rank: alltoall with empty pieces
+        # (the communicator's own gather needs one shape on every rank).
+        empty = x.reshape(-1)[:0]
+        got = comm.alltoall([x if r == root else empty for r in range(comm.size)])
         if comm.rank == root:
-            ys = _util.to_device_of(ys, self._in_spec[2])
-            outs = tuple(ys[i] for i in range(comm.size))
+            outs = tuple(_util.to_device_of(y, self._in_spec[2]) for y in got)
             self._out_specs = [_util.spec(y) for y in outs]
             return outs
         return _util.delegate_array(self._in_spec[2], x.dtype),
@@ -98,7 +100,8 @@ class Gather(function_node.FunctionNode):
             gx = comm.scatter(gys, root=self.root)
         else:
             gx = comm.scatter(None, root=self.root)
-        gx = _util.to_device_of(gx, self._in_spec[2])
+        shape, dtype, xp = self._in_spec
+        gx = _util.to_device_of(gx, xp).astype(dtype, copy=False).reshape(shape)
         return (chainer.Variable(_util.zeros_like_spec(self._dummy_spec)), chainer.Variable(gx))
 
 
@@ -206,8 +209,8 @@ def bcast(comm, x, root=0):
 def gather(comm, x, root=0):
     """Gather ``x`` of every rank on ``root``; backward scatters the gradients back.
 
-    Returns on the root a tuple of ``comm.size`` variables (item ``i`` from rank ``i``).  Every
-    rank must pass the same shape and dtype.  On other ranks it returns a delegate variable (no
+    Returns on the root a tuple of ``comm.size`` variables (item ``i`` from rank ``i``, with that
+    rank's shape: shapes may differ per rank).  On other ranks it returns a delegate variable (no
     data): call ``backward()`` on it or connect it with :func:`pseudo_connect` so that the
     backward scatter takes place.
     """

@@ -125,7 +125,8 @@ class MultiNodeBatchNormalization(chainer.Link):
         comm: ChainerMN communicator.
         decay (float): decay rate of the running averages.
         eps (float): epsilon added to the variance.
-        dtype: dtype of the parameters and running statistics.
+        dtype: dtype of the parameters and running statistics; ``None`` (the default) takes
+            ``chainer.get_dtype()``, i.e. ``chainer.config.dtype`` (float16 for ``mixed16``).
         use_gamma (bool): learn a scale; otherwise scale by one.
         use_beta (bool): learn a shift; otherwise shift by zero.
         initial_gamma, initial_beta: initializers (default 1 and 0).
@@ -133,13 +134,13 @@ class MultiNodeBatchNormalization(chainer.Link):
             communicators, MPI otherwise).
     """
 
-    def __init__(self, size, comm, decay=0.9, eps=2e-05, dtype=numpy.float32, use_gamma=True,
+    def __init__(self, size, comm, decay=0.9, eps=2e-05, dtype=None, use_gamma=True,
                  use_beta=True, initial_gamma=None, initial_beta=None, communication_backend='auto'):
         super().__init__()
         if isinstance(size, (int, numpy.integer)):
             size = (int(size),)
         size = tuple(int(s) for s in size)
-        dtype = numpy.dtype(dtype)
+        dtype = numpy.dtype(chainer.get_dtype(dtype))
         self.comm = comm
         self.decay = decay
         self.eps = eps

@@ -1,0 +1,40 @@
+"""What a communicator becomes after ``finalize()``: every later call raises a clear error."""
+
+from chainermn_comm._errors import CommunicationError
+
+__all__ = ['CommunicatorFinalizedError', 'FinalizedGuard', 'close_guard', 'free_comm']
+
+
+class CommunicatorFinalizedError(CommunicationError):
+    """Raised by a communicator method called after ``finalize()``."""
+
+
+class FinalizedGuard:
+    """Stand-in for a communicator's call guard: entering any call raises CommunicatorFinalizedError."""
+
+    def __init__(self, communicator):
+        self._what = '{} communicator (rank {} of {})'.format(
+            getattr(communicator, 'name', type(communicator).__name__), communicator.rank,
+            communicator.size)
+        self.timeout = 0.0
+
+    def __call__(self, name, *args, **kwargs):
+        raise CommunicatorFinalizedError(
+            '{}: {}() was called after finalize() released this communicator; create a new one '
+            'with chainermn.create_communicator() and call finalize() only when no more '
+            'communication follows'.format(self._what, name))
+
+
+def close_guard(guard):
+    """Free the MPI communicator a debug-mode call guard duplicated (collective), if any."""
+    debug_comm = getattr(guard, '_debug_comm', None)
+    if debug_comm is not None:
+        guard._debug_comm = None  # the check at program exit skips guards without one
+        free_comm(debug_comm)
+
+
+def free_comm(comm):
+    """Free an MPI communicator this library created (collective); ignore null handles."""
+    from mpi4py import MPI
+    if comm is not None and comm != MPI.COMM_NULL:
+        comm.Free()

@@ -1,0 +1,13 @@
+import os
+
+import pytest
+
+from chainermn_comm.testing import run_pytest_under_mpi
+
+HERE = os.path.dirname(__file__)
+
+
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_n_step_rnn(n):
+    run_pytest_under_mpi(os.path.join(HERE, 'mpi', 'mpi_n_step_rnn.py'), n, timeout=240,
+                         env={'CHAINERMN_TIMEOUT': '60'})
