@@ -121,7 +121,7 @@ def test_fewer_healthy_hosts_than_min_nodes_is_an_error(cluster):
     open(os.path.join(down, 'nodeb'), 'w').close()
     status, out, err = launch(cluster, [job('launch_job.py'), 'preempt'], '--min-nodes', '2')
     assert status != 0
-    assert 'only 1 of the 2 host(s)' in err and '--min-nodes is 2' in err, out + err
+    assert 'only 1 of the 2 host(s) of the hosts file' in err and '--min-nodes is 2' in err, out + err
     assert 'started' not in out
 
 

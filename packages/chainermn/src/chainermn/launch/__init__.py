@@ -21,7 +21,7 @@ import threading
 
 from chainermn.launch import _attempt, _hosts
 
-__all__ = ['main', 'PREEMPTED_STATUS', 'WATCHDOG_STATUS']
+__all__ = ['main', 'supervise', 'job_env', 'PREEMPTED_STATUS', 'WATCHDOG_STATUS']
 
 PREEMPTED_STATUS = 75
 WATCHDOG_STATUS = 14
@@ -111,37 +111,55 @@ class _Stop:
                 pass
 
 
+def job_env(args, env=None):
+    """Return the environment of an elastic job: watchdog and except hook on, restart marks."""
+    env = dict(os.environ if env is None else env)
+    env.setdefault('CHAINERMN_TIMEOUT', '{:g}'.format(args.watchdog))
+    env.setdefault('CHAINERMN_RANKS_PER_NODE', str(args.ranks_per_node))
+    env.setdefault('CHAINERMN_FORCE_ABORT_ON_EXCEPTION', '1')   # one rank's exception ends the attempt
+    env['CHAINERMN_ELASTIC'] = '1'
+    return env
+
+
 def main(argv=None):
     """Command-line entry point; return the exit status (0: the job finished)."""
     parser = _parser()
     args = parser.parse_args(argv)
     command = _check(args, parser)
     base = _hosts.mpiexec_base(args.mpiexec or _find_mpiexec(), args.launcher_exec)
-    env = dict(os.environ)
-    env.setdefault('CHAINERMN_TIMEOUT', '{:g}'.format(args.watchdog))
-    env.setdefault('CHAINERMN_RANKS_PER_NODE', str(args.ranks_per_node))
-    env.setdefault('CHAINERMN_FORCE_ABORT_ON_EXCEPTION', '1')   # one rank's exception ends the attempt
-    env['CHAINERMN_ELASTIC'] = '1'
+    return supervise(args, command, base, job_env(args), lambda: _hosts.read_hosts(args.hosts_file),
+                     'the hosts file {}'.format(args.hosts_file))
+
+
+def supervise(args, command, base, env, read_hosts, source, after_attempt=None):
+    """Run ``command`` under ``base`` (Hydra argv start) on the healthy hosts of ``read_hosts()``; restart.
+
+    ``args`` carries ranks_per_node, min_nodes, max_nodes, max_restarts, heartbeat and probe_timeout;
+    ``source`` names where the hosts come from; ``after_attempt()`` runs after every attempt (e.g. to
+    clean the nodes).  Returns the exit status (0: the job finished).
+    """
     stop = _Stop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     shown, lock = set(), threading.Lock()
-    restarts, previous, last_exception, failure = 0, None, None, None
+    restarts, previous, last_exception, failure, lost = 0, None, None, None, {}
     status = 1
     while True:
         try:
-            known = _hosts.read_hosts(args.hosts_file)
+            known = read_hosts()
         except OSError as e:
             if previous is None:
-                _log('cannot read the hosts file {}: {}'.format(args.hosts_file, e))
+                _log('cannot read {}: {}'.format(source, e))
                 return 1
-            _log('cannot re-read the hosts file {} ({}); probing the last hosts again'.format(
-                args.hosts_file, e))
+            _log('cannot re-read {} ({}); probing the last hosts again'.format(source, e))
             known = list(previous)
         if not known:
-            _log('the hosts file {} names no host'.format(args.hosts_file))
+            _log('{} names no host'.format(source))
             return status if previous is not None else 1
-        answers = _hosts.probe(base, known, args.probe_timeout, env)
+        # hosts that stopped answering during the attempt are left out of this start (not probed again)
+        answers = _hosts.probe(base, [h for h in known if h not in lost], args.probe_timeout, env)
+        answers.update({h: (False, 'stopped answering during the job: ' + d) for h, d in lost.items()
+                        if h in known})
         healthy = [h for h in known if answers[h][0]]
         for h in known:
             if not answers[h][0]:
@@ -155,13 +173,15 @@ def main(argv=None):
                 restarts, ', '.join(dropped) or 'none', ', '.join(added) or 'none', len(healthy),
                 ', '.join(healthy)))
         if len(healthy) < args.min_nodes:
-            _log('only {} of the {} host(s) in {} answer; --min-nodes is {}: giving up'.format(
-                len(healthy), len(known), args.hosts_file, args.min_nodes))
+            _log('only {} of the {} host(s) of {} answer; --min-nodes is {}: giving up'.format(
+                len(healthy), len(known), source, args.min_nodes))
             return status if previous is not None else 1
         env['CHAINERMN_LAUNCH_RESTARTS'] = str(restarts)
         _log('starting {} rank(s) on {}'.format(args.ranks_per_node * len(healthy), ', '.join(healthy)))
         att = _attempt.run_attempt(base, healthy, args.ranks_per_node, command, env, args.heartbeat,
                                    args.probe_timeout, shown, lock, on_start=stop.started)
+        if after_attempt is not None:
+            after_attempt()
         if failure is not None:
             if att.first_iteration_at is not None:
                 _log('restart {}: generation {} loaded; training again {:.1f} s after the failure '
@@ -191,3 +211,4 @@ def main(argv=None):
         restarts += 1
         failure = att.failed_at
         previous = healthy
+        lost = dict(att.lost)
