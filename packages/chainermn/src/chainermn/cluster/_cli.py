@@ -46,6 +46,16 @@ def _parser():
     p.add_argument('--grace', type=float, default=30.0,
                    help='seconds the job gets to exit after SIGTERM/Ctrl-C before it is killed (default 30; '
                         'a second signal kills it at once)')
+    elastic = p.add_argument_group('elastic job (with --min-nodes; see `python -m chainermn launch`)')
+    elastic.add_argument('--min-nodes', type=int, default=None,
+                         help='restart the job on the nodes that still answer while at least M do')
+    elastic.add_argument('--max-restarts', type=int, default=3, help='restarts allowed in all (default 3)')
+    elastic.add_argument('--heartbeat', type=float, default=2.0,
+                         help='seconds between probes of the nodes while the job runs (default 2)')
+    elastic.add_argument('--probe-timeout', type=float, default=3.0,
+                         help='seconds a node may take to answer a probe (default 3)')
+    elastic.add_argument('--watchdog', type=float, default=60.0,
+                         help='CHAINERMN_TIMEOUT of the job unless set (default 60)')
     p.add_argument('command', nargs=argparse.REMAINDER, help='-- COMMAND ARGS...')
     return p
 
@@ -111,6 +121,9 @@ def run(args):
             '' if args.link_gbit is None else ', links {:g} Gbit/s'.format(args.link_gbit),
             cluster.node_local))
         sys.stderr.flush()
+        if args.min_nodes is not None:
+            from chainermn.launch import run_on_cluster
+            return run_on_cluster(cluster, args, command, mpiexec)
         cmd = cluster.mpiexec_command(command, args.ranks_per_node, mpiexec=mpiexec)
         proc = subprocess.Popen(cmd, env=cluster.env(), start_new_session=True)
         try:

@@ -21,7 +21,7 @@ import threading
 
 from chainermn.launch import _attempt, _hosts
 
-__all__ = ['main', 'supervise', 'job_env', 'PREEMPTED_STATUS', 'WATCHDOG_STATUS']
+__all__ = ['main', 'supervise', 'job_env', 'run_on_cluster', 'PREEMPTED_STATUS', 'WATCHDOG_STATUS']
 
 PREEMPTED_STATUS = 75
 WATCHDOG_STATUS = 14
@@ -129,6 +129,25 @@ def main(argv=None):
     base = _hosts.mpiexec_base(args.mpiexec or _find_mpiexec(), args.launcher_exec)
     return supervise(args, command, base, job_env(args), lambda: _hosts.read_hosts(args.hosts_file),
                      'the hosts file {}'.format(args.hosts_file))
+
+
+def run_on_cluster(cluster, args, command, mpiexec):
+    """Run an elastic job on a started ``chainermn.cluster.Cluster`` (``python -m chainermn cluster --min-nodes``).
+
+    The nodes are the hosts; Hydra reaches them through the cluster's launcher program, so a node
+    whose link is down fails its probe.  After every attempt, what is left of it on the nodes is killed.
+    """
+    from chainermn.cluster._cluster import NODE_LOCAL_ENV
+    args.max_nodes = None
+    base = [mpiexec, '-launcher', 'ssh', '-launcher-exec', cluster.launcher, '-localhost',
+            cluster.head_address, '-genv', NODE_LOCAL_ENV, cluster.node_local]
+
+    def clean():
+        for node in cluster.nodes:
+            cluster.kill(node)
+
+    return supervise(args, command, base, job_env(args, cluster.env()), lambda: list(cluster.hostnames),
+                     'the cluster', after_attempt=clean)
 
 
 def supervise(args, command, base, env, read_hosts, source, after_attempt=None):
