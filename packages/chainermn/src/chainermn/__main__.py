@@ -7,7 +7,8 @@ __all__ = ['main']
 _USAGE = ('usage: python -m chainermn doctor [--timeout SECONDS] [--no-cuda-aware-check]\n'
           '  doctor  check MPI, mpi4py, the launcher, collectives, CuPy/NCCL/GPUs and env vars\n'
           '          (also under `mpiexec -n N python -m chainermn doctor`)\n'
-          '       python -m chainermn cluster --nodes N --ranks-per-node K [--link-gbit R] -- COMMAND ARGS...\n'
+          '       python -m chainermn cluster --nodes N --ranks-per-node K [--link-gbit R] [--min-nodes M]\n'
+          '                                   -- COMMAND ARGS...\n'
           '  cluster run an MPI job across N nodes made of Linux namespaces on this machine (root)\n'
           '  launch  run an elastic job on the hosts of a hosts file (see `launch --help`)\n')
 

@@ -180,5 +180,6 @@ def mismatches(expected, values):
                    if shape is not None and getattr(values[k], 'shape', shape) != shape
                    and not (values[k].dtype.hasobject and values[k].shape == ()))
     if wrong:
-        return 'holds arrays of another shape (another model?): {}'.format('; '.join(wrong[:2]) + (' and {} more'.format(len(wrong) - 2) if len(wrong) > 2 else ''))
+        more = ' and {} more'.format(len(wrong) - 2) if len(wrong) > 2 else ''
+        return 'holds arrays of another shape (another model?): {}{}'.format('; '.join(wrong[:2]), more)
     return None

@@ -49,13 +49,8 @@ def _parser():
     elastic = p.add_argument_group('elastic job (with --min-nodes; see `python -m chainermn launch`)')
     elastic.add_argument('--min-nodes', type=int, default=None,
                          help='restart the job on the nodes that still answer while at least M do')
-    elastic.add_argument('--max-restarts', type=int, default=3, help='restarts allowed in all (default 3)')
-    elastic.add_argument('--heartbeat', type=float, default=2.0,
-                         help='seconds between probes of the nodes while the job runs (default 2)')
-    elastic.add_argument('--probe-timeout', type=float, default=3.0,
-                         help='seconds a node may take to answer a probe (default 3)')
-    elastic.add_argument('--watchdog', type=float, default=60.0,
-                         help='CHAINERMN_TIMEOUT of the job unless set (default 60)')
+    from chainermn.launch import add_restart_options
+    add_restart_options(elastic, heartbeat=2.0, probe_timeout=3.0)   # nodes on one machine answer fast
     p.add_argument('command', nargs=argparse.REMAINDER, help='-- COMMAND ARGS...')
     return p
 

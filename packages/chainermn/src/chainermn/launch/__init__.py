@@ -21,7 +21,8 @@ import threading
 
 from chainermn.launch import _attempt, _hosts
 
-__all__ = ['main', 'supervise', 'job_env', 'run_on_cluster', 'PREEMPTED_STATUS', 'WATCHDOG_STATUS']
+__all__ = ['main', 'supervise', 'job_env', 'run_on_cluster', 'add_restart_options', 'PREEMPTED_STATUS',
+           'WATCHDOG_STATUS']
 
 PREEMPTED_STATUS = 75
 WATCHDOG_STATUS = 14
@@ -33,6 +34,18 @@ def _log(msg):
     sys.stderr.flush()
 
 
+def add_restart_options(parser, heartbeat=5.0, probe_timeout=10.0):
+    """Add --max-restarts, --heartbeat, --probe-timeout and --watchdog to ``parser`` (or a group)."""
+    parser.add_argument('--max-restarts', type=int, default=3, help='restarts allowed in all (default 3)')
+    parser.add_argument('--heartbeat', type=float, default=heartbeat,
+                        help='seconds between probes of the job\'s hosts while it runs (0: off; default '
+                             '{:g})'.format(heartbeat))
+    parser.add_argument('--probe-timeout', type=float, default=probe_timeout,
+                        help='seconds a host may take to run the probe (default {:g})'.format(probe_timeout))
+    parser.add_argument('--watchdog', type=float, default=60.0,
+                        help='CHAINERMN_TIMEOUT for the job when the environment sets none (default 60)')
+
+
 def _parser():
     p = argparse.ArgumentParser(prog='python -m chainermn launch', description=__doc__.split('\n')[0],
                                 usage='python -m chainermn launch --hosts-file FILE --ranks-per-node K '
@@ -41,13 +54,7 @@ def _parser():
     p.add_argument('--ranks-per-node', type=int, required=True, help='ranks started on every host')
     p.add_argument('--min-nodes', type=int, required=True, help='fewest healthy hosts to (re)start on')
     p.add_argument('--max-nodes', type=int, default=None, help='most hosts to start on (default: all)')
-    p.add_argument('--max-restarts', type=int, default=3, help='restarts allowed in all (default 3)')
-    p.add_argument('--heartbeat', type=float, default=5.0,
-                   help='seconds between probes of the job\'s hosts while it runs (0: off; default 5)')
-    p.add_argument('--probe-timeout', type=float, default=10.0,
-                   help='seconds a host may take to run the probe (default 10)')
-    p.add_argument('--watchdog', type=float, default=60.0,
-                   help='CHAINERMN_TIMEOUT for the job when the environment sets none (default 60)')
+    add_restart_options(p)
     p.add_argument('--mpiexec', default=None, help='Hydra mpiexec to use (default: next to python, else PATH)')
     p.add_argument('--launcher-exec', default=None,
                    help='program Hydra runs instead of ssh to reach a host (mpiexec -launcher-exec)')
@@ -132,7 +139,7 @@ def main(argv=None):
 
 
 def run_on_cluster(cluster, args, command, mpiexec):
-    """Run an elastic job on a started ``chainermn.cluster.Cluster`` (``python -m chainermn cluster --min-nodes``).
+    """Run an elastic job on a started ``Cluster`` (``python -m chainermn cluster --min-nodes M``).
 
     The nodes are the hosts; Hydra reaches them through the cluster's launcher program, so a node
     whose link is down fails its probe.  After every attempt, what is left of it on the nodes is killed.
