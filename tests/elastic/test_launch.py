@@ -211,3 +211,10 @@ def test_mnist_example_survives_losing_a_node_for_good(cluster, tmp_path):
     print('mnist node lost: accuracy {:.4f}; training again {:.1f} s after the loss ({} s after mpiexec '
           'ended); generation {} loaded, newest snapshot at the loss {} (interval 5)'.format(
               accuracy, float(m.group(3)) - lost['at'], m.group(2), generation, lost['newest']))
+
+
+def test_hosts_file_lines(tmp_path):
+    from chainermn.launch._hosts import read_hosts
+    path = tmp_path / 'hosts'
+    path.write_text('# cluster\nnode1:4\n\nnode2  # spare\nnode1\n  node3 slots=2\n')
+    assert read_hosts(str(path)) == ['node1', 'node2', 'node3']

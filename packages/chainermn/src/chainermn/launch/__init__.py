@@ -217,7 +217,10 @@ def supervise(args, command, base, env, read_hosts, source, after_attempt=None):
             else:
                 _log('restart {}: generation {} loaded; no iteration finished'.format(
                     restarts, att.generation if att.generation is not None else 'none'))
-        status = att.status if att.status else (1 if att.lost else att.status)
+        # the launcher's status: the job's, 128 + N when mpiexec died of signal N, 1 for a lost host
+        status = 128 - att.status if att.status < 0 else att.status
+        if att.lost and status in (0, 128 + signal.SIGKILL):
+            status = 1
         if att.status == 0 and not att.lost:
             _log('the job finished after {} restart(s)'.format(restarts))
             return 0
