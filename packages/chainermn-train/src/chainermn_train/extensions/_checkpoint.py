@@ -48,7 +48,9 @@ ALLOW_PICKLE_ENV = 'CHAINERMN_ALLOW_PICKLE'
 START_FRESH_ENV = 'CHAINERMN_START_FRESH'
 #: Set by ``python -m chainermn launch``: rank 0 then prints a line after the first iteration.
 ELASTIC_ENV = 'CHAINERMN_ELASTIC'
-_FIRST_ITERATION_EXT = 'chainermn_first_iteration'
+#: Set by ``python -m chainermn launch``: a file where rank 0 writes the iteration after each one.
+PROGRESS_ENV = 'CHAINERMN_LAUNCH_PROGRESS'
+_PROGRESS_EXT = 'chainermn_launch_progress'
 
 _OPT_IN_HINT = ('if you trust the file(s), opt in to pickle with create_multi_node_checkpointer(..., '
                 'allow_pickle=True), maybe_load(..., allow_pickle=True) or {}=1; otherwise remove '
@@ -101,7 +103,7 @@ def _warn_pickle_once(rank, path, keys, how):
     warnings.warn('rank {}: unpickled key(s) {} of {} because of {}; unpickling runs any code the file '
                   'names, so only do this for snapshots you trust (this warning is shown once per '
                   'process)'.format(rank, ', '.join(repr(k) for k in keys[:8]), path, how),
-                  CheckpointWarning, stacklevel=5)
+                  CheckpointWarning, stacklevel=6)
 
 
 def _directory_problem(path):
@@ -407,7 +409,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                                                     'refused: ' + why if kind == 'refused' else why)
                             for r, kind, why in bad),
                         ' ({})'.format(_OPT_IN_HINT) if refused_here else ''),
-                    CheckpointWarning, stacklevel=3)
+                    CheckpointWarning, stacklevel=4)
         return None, None, refused
 
     def maybe_load(self, trainer, optimizer=None, allow_pickle=None, start_fresh=None):
@@ -429,10 +431,15 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         the world size it needs and why it was rejected; ``start_fresh=True`` (or
         ``$CHAINERMN_START_FRESH=1``) returns None instead.  No file is deleted either way.
         """
+        loaded = self._load(trainer, optimizer, allow_pickle, start_fresh)
+        self._report_progress(trainer)   # added after loading: snapshots never need its state
+        return loaded
+
+    def _load(self, trainer, optimizer, allow_pickle, start_fresh):
+        """Do the work of :meth:`maybe_load`."""
         start = time.monotonic()
         allowed, how = _allow_pickle(allow_pickle if allow_pickle is not None else self.allow_pickle)
         fresh_ok = _start_fresh(start_fresh)
-        self._mark_first_iteration(trainer)
         self._makedirs()
         self._remove_stale_tmp()
         local = {}
@@ -463,7 +470,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 if rank == 0:
                     warnings.warn('no snapshot generation of {!r} in {} can be used; starting from '
                                   'iteration 0 as asked (start_fresh). {}'.format(
-                                      self.name, self.path, summary), CheckpointWarning, stacklevel=2)
+                                      self.name, self.path, summary), CheckpointWarning, stacklevel=3)
                 return None
             if refused:
                 raise UnsafeCheckpointError(
@@ -497,22 +504,34 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             sys.stderr.flush()
         return it
 
-    def _mark_first_iteration(self, trainer):
-        """Under ``python -m chainermn launch``: print a line on rank 0 when the first iteration is done."""
+    def _report_progress(self, trainer):
+        """Under ``python -m chainermn launch``: tell the launcher, from rank 0, how far training got.
+
+        Prints a line after the first iteration and, when ``$CHAINERMN_LAUNCH_PROGRESS`` names a
+        file, writes the iteration there after every iteration (the launcher counts redone work).
+        """
         if not os.environ.get(ELASTIC_ENV) or not isinstance(trainer, chainer.training.Trainer):
             return
-        if self.comm.rank != 0 or _FIRST_ITERATION_EXT in trainer._extensions:
+        if self.comm.rank != 0 or _PROGRESS_EXT in trainer._extensions:
             return
-        state = {'done': False}
+        progress = os.environ.get(PROGRESS_ENV)
+        state = {'first': True}
 
-        def mark(t):
-            if not state['done']:
-                state['done'] = True
+        def report(t):
+            if state['first']:
+                state['first'] = False
                 sys.stderr.write('chainermn checkpoint: first iteration done: {}\n'.format(
                     t.updater.iteration))
                 sys.stderr.flush()
+            if progress:   # atomic, so that a rank killed mid-write leaves the last value
+                try:
+                    with open(progress + '.tmp', 'w') as f:
+                        f.write('{}\n'.format(t.updater.iteration))
+                    os.replace(progress + '.tmp', progress)
+                except OSError:
+                    pass
 
-        trainer.extend(mark, name=_FIRST_ITERATION_EXT, trigger=(1, 'iteration'),
+        trainer.extend(report, name=_PROGRESS_EXT, trigger=(1, 'iteration'),
                        priority=chainer.training.PRIORITY_READER)
 
     def _summary(self, gens, rejected):

@@ -15,8 +15,10 @@ Preemption (exit status 75) is a failure to restart from.  The same exception tw
 
 import argparse
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 
 from chainermn.launch import _attempt, _hosts
@@ -66,7 +68,6 @@ def _find_mpiexec():
     here = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
     if os.access(here, os.X_OK):
         return here
-    import shutil
     return shutil.which('mpiexec') or 'mpiexec'
 
 
@@ -164,11 +165,20 @@ def supervise(args, command, base, env, read_hosts, source, after_attempt=None):
     ``source`` names where the hosts come from; ``after_attempt()`` runs after every attempt (e.g. to
     clean the nodes).  Returns the exit status (0: the job finished).
     """
+    workdir = tempfile.mkdtemp(prefix='chainermn-launch-')
+    try:
+        return _loop(args, command, base, env, read_hosts, source, after_attempt,
+                     os.path.join(workdir, 'progress'))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _loop(args, command, base, env, read_hosts, source, after_attempt, progress):
     stop = _Stop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     shown, lock = set(), threading.Lock()
-    restarts, previous, last_exception, failure, lost = 0, None, None, None, {}
+    restarts, previous, last_exception, failure, lost, reached = 0, None, None, None, {}, None
     status = 1
     while True:
         try:
@@ -203,20 +213,29 @@ def supervise(args, command, base, env, read_hosts, source, after_attempt=None):
                 len(healthy), len(known), source, args.min_nodes))
             return status if previous is not None else 1
         env['CHAINERMN_LAUNCH_RESTARTS'] = str(restarts)
+        env[_attempt.PROGRESS_ENV] = progress
+        try:
+            os.remove(progress)
+        except OSError:
+            pass
         _log('starting {} rank(s) on {}'.format(args.ranks_per_node * len(healthy), ', '.join(healthy)))
         att = _attempt.run_attempt(base, healthy, args.ranks_per_node, command, env, args.heartbeat,
                                    args.probe_timeout, shown, lock, on_start=stop.started)
         if after_attempt is not None:
             after_attempt()
         if failure is not None:
+            redone = ''
+            if reached is not None:
+                redone = '; {} iteration(s) redone (the failed attempt reached iteration {})'.format(
+                    reached - (att.generation or 0), reached)
             if att.first_iteration_at is not None:
-                _log('restart {}: generation {} loaded; training again {:.1f} s after the failure '
+                _log('restart {}: generation {} loaded{}; training again {:.1f} s after the failure '
                      '(first iteration at unix time {:.3f})'.format(
-                         restarts, att.generation if att.generation is not None else 'none',
+                         restarts, att.generation if att.generation is not None else 'none', redone,
                          att.first_iteration_at - failure, att.first_iteration_wall))
             else:
-                _log('restart {}: generation {} loaded; no iteration finished'.format(
-                    restarts, att.generation if att.generation is not None else 'none'))
+                _log('restart {}: generation {} loaded{}; no iteration finished'.format(
+                    restarts, att.generation if att.generation is not None else 'none', redone))
         # the launcher's status: the job's, 128 + N when mpiexec died of signal N, 1 for a lost host
         status = 128 - att.status if att.status < 0 else att.status
         if att.lost and status in (0, 128 + signal.SIGKILL):
@@ -241,3 +260,4 @@ def supervise(args, command, base, env, read_hosts, source, after_attempt=None):
         failure = att.failed_at
         previous = healthy
         lost = dict(att.lost)
+        reached = att.last_iteration

@@ -8,12 +8,14 @@ import time
 
 from chainermn.launch._hosts import kill_group, probe
 
-__all__ = ['Attempt', 'run_attempt', 'LOADED_RE', 'FIRST_ITERATION_MARK']
+__all__ = ['Attempt', 'run_attempt', 'LOADED_RE', 'FIRST_ITERATION_MARK', 'PROGRESS_ENV']
 
 #: What the checkpointer prints on rank 0 when it loaded a generation.
 LOADED_RE = re.compile(r'chainermn checkpoint: loaded generation (\d+)')
 #: What the checkpointer prints on rank 0 after the first iteration of a launched job.
 FIRST_ITERATION_MARK = 'chainermn checkpoint: first iteration done:'
+#: File where rank 0 writes the iteration after each one (the checkpointer, under the launcher).
+PROGRESS_ENV = 'CHAINERMN_LAUNCH_PROGRESS'
 _TRACEBACK = 'Traceback (most recent call last):'
 
 
@@ -29,6 +31,7 @@ class Attempt:
         self.first_iteration_wall = None
         self.failed_at = None
         self.lost = {}
+        self.last_iteration = None
 
 
 class _Pump(threading.Thread):
@@ -124,4 +127,11 @@ def run_attempt(base, hosts, ranks_per_node, command, env, heartbeat, probe_time
         attempt.failed_at = time.monotonic()
     for p in pumps:
         p.join(10)
+    progress = env.get(PROGRESS_ENV)
+    if progress:
+        try:
+            with open(progress) as f:
+                attempt.last_iteration = int(f.read().strip())
+        except (OSError, ValueError):
+            pass
     return attempt
