@@ -11,17 +11,10 @@ Modes:
 import os
 import sys
 
-if '--peer' in sys.argv and not sys.flags.no_site:
-    sys.exit('--peer must run under `python -S` so that our packages are not importable')
-if sys.flags.no_site:
-    _venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
-    _site = os.path.join(_venv, 'lib', 'python{}.{}'.format(*sys.version_info[:2]), 'site-packages')
-    sys.path.append(_site)
-    # mpi4py finds the MPICH wheel's libmpi under site.PREFIXES; under -S importing site
-    # only records the prefixes (no .pth processing).
-    sys.prefix = sys.exec_prefix = _venv
-    import site  # noqa: E402,F401
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peersite  # noqa: E402
+
+peersite.enter()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -32,10 +25,13 @@ import time  # noqa: E402
 import numpy  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
+import gloo  # noqa: E402
 import models  # noqa: E402
 import probe  # noqa: E402
+from report import OURS_MPI_ONLY  # noqa: E402
 
 CHUNK = 4 * 1024 * 1024
+OURS_FP16 = 'ours_naive_fp16_multi_node_mean_grad'
 
 
 def _timeit(comm, fn):
@@ -83,16 +79,23 @@ def _floor_contenders(comm, link):
             'memcopy_once': memcopy}
 
 
-def _our_contenders(link):
+def _our_contenders(link, keep=lambda name: True):
     import chainermn_comm
     out = {}
     for name in chainermn_comm.COMMUNICATOR_NAMES:
+        if not keep('ours_{}_multi_node_mean_grad'.format(name)):
+            continue
         try:
             comm = chainermn_comm.create_communicator(name)
         except Exception:  # needs a GPU / NCCL: not runnable here
             continue
         out['ours_{}_multi_node_mean_grad'.format(name)] = (
             lambda c=comm: c.multi_node_mean_grad(link, zero_fill=True))
+    if keep(OURS_FP16):
+        half = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=numpy.float16)
+        out[OURS_FP16] = lambda c=half: c.multi_node_mean_grad(link, zero_fill=True)
+    if not keep(OURS_MPI_ONLY):
+        return out
     # The same communicator with the node-shared-memory path switched off (MPI messages only).
     # The path is chosen at the first call, so make that call while the switch is set.
     from chainermn_comm import _shm_reduce
@@ -102,8 +105,7 @@ def _our_contenders(link):
         mpi_only.multi_node_mean_grad(link, zero_fill=True)
     finally:
         del os.environ[_shm_reduce.SHM_ENV]
-    out['ours_naive_mpi_only_multi_node_mean_grad'] = (
-        lambda c=mpi_only: c.multi_node_mean_grad(link, zero_fill=True))
+    out[OURS_MPI_ONLY] = lambda c=mpi_only: c.multi_node_mean_grad(link, zero_fill=True)
     return out
 
 
@@ -129,14 +131,19 @@ def run(args):
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     result = {'meta': {'n': size, 'size': args.size, 'rounds': args.rounds, 'warmup': args.warmup,
-                       'mode': 'peer' if args.peer else 'ours', 'mpi': MPI.Get_library_version().strip(),
+                       'mode': 'peer' if args.peer else 'ours', 'grad_scale': args.grad_scale,
+                       'mpi': MPI.Get_library_version().strip(),
                        'chunk_bytes_floor': CHUNK, 'numpy': numpy.__version__,
                        'chunk_bytes_env': os.environ.get('CHAINERMN_CHUNK_BYTES')},
               'models': {}}
     result['meta']['cross_core_read_before'] = probe.cross_core_read(comm)
+    only = set(args.only.split(',')) if args.only else None
+
+    def keep(name):
+        return only is None or name in only
     for model in args.models.split(','):
         shapes = models.param_shapes(model, args.size)
-        link = models.make_link(shapes, seed=comm.Get_rank())
+        link = models.make_link(shapes, seed=comm.Get_rank(), grad_scale=args.grad_scale)
         nbytes = sum(int(numpy.prod(s)) * 4 for _, s in shapes)
         cont = _floor_contenders(comm, link)
         if args.peer:
@@ -144,7 +151,10 @@ def run(args):
             cont.update(peer)
             result['meta']['peer_module'] = where
         else:
-            cont.update(_our_contenders(link))
+            cont.update(_our_contenders(link, keep))
+            if args.gloo and gloo.available():
+                cont.update(gloo.contenders(comm, sum(int(numpy.prod(s)) for _, s in shapes)))
+        cont = {n: fn for n, fn in cont.items() if keep(n)}
         names = sorted(cont)
         times = {n: [] for n in names}
         for r in range(args.warmup + args.rounds):
@@ -179,6 +189,13 @@ def main():
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--models', default=','.join(models.MODELS))
     p.add_argument('--peer', action='store_true')
+    p.add_argument('--only', default=None,
+                   help='comma-separated contender names to run (default: all of this mode)')
+    p.add_argument('--grad-scale', type=float, default=1.0,
+                   help='standard deviation of the random gradients (real ones are often 1e-3..1e-6, '
+                        'where float16 casts meet subnormals)')
+    p.add_argument('--gloo', action='store_true',
+                   help='add PyTorch gloo contenders when torch is importable (ours mode)')
     p.add_argument('--out', required=True)
     args = p.parse_args()
     if args.rounds is None:

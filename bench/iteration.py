@@ -7,25 +7,32 @@ without communication), exposed communication (iteration minus compute-only), an
 pack/unpack cost of the same gradients (copy into one buffer and back, scaled).
 """
 
-import argparse
-import json
 import os
-import random
-import statistics
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import peersite  # noqa: E402
+
+peersite.enter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
 
 
-def _models(size):
+def _models(size, batch=None):
     import chainer
     import chainer.functions as F
     import chainer.links as L
     import numpy
 
     class MLP(chainer.Chain):
+        label = 'MLP'
+
         def __init__(self, n_in, n_units, n_out):
             super().__init__()
             with self.init_scope():
@@ -37,6 +44,8 @@ def _models(size):
             return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
 
     class TinyRes(chainer.Chain):
+        label = 'tiny ResNet-style net'
+
         def __init__(self):
             super().__init__()
             with self.init_scope():
@@ -51,6 +60,8 @@ def _models(size):
             return self.fc(F.average(h, axis=(2, 3)))
 
     class Res50(chainer.Chain):
+        label = 'ResNet-50'
+
         def __init__(self):
             super().__init__()
             from chainer.links.model.vision.resnet import ResNet50Layers
@@ -62,10 +73,35 @@ def _models(size):
 
     rng = numpy.random.RandomState(0)
     if size == 'full':
-        return {'mlp': (MLP(784, 1000, 10), rng.rand(128, 784).astype('f'), 128),
-                'resnet': (Res50(), rng.rand(2, 3, 64, 64).astype('f'), 2)}
-    return {'mlp': (MLP(64, 48, 10), rng.rand(8, 64).astype('f'), 8),
-            'resnet': (TinyRes(), rng.rand(2, 3, 8, 8).astype('f'), 2)}
+        return {'mlp': (MLP(784, 1000, 10), rng.rand(batch or 128, 784).astype('f'), batch or 128),
+                'resnet': (Res50(), rng.rand(batch or 2, 3, 64, 64).astype('f'), batch or 2)}
+    return {'mlp': (MLP(64, 48, 10), rng.rand(batch or 8, 64).astype('f'), batch or 8),
+            'resnet': (TinyRes(), rng.rand(batch or 2, 3, 8, 8).astype('f'), batch or 2)}
+
+
+MODES = ('plain', 'overlap', 'compute', 'pack_unpack', 'allreduce', 'plain_fp16', 'overlap_fp16',
+         'allreduce_fp16')
+PEER_MODES = ('peer_plain', 'peer_allreduce', 'compute')
+DEFAULT_MODES = 'plain,overlap,compute,pack_unpack'
+
+
+def _communicators(args):
+    """Return (comm, comm16 or None, BackwardOverlap or None): ours, or the peer's under --peer."""
+    if args.peer:
+        import chainermn
+        if 'chainermn_comm' in sys.modules or not chainermn.__file__.endswith(
+                os.path.join('site-packages', 'chainermn', '__init__.py')):
+            raise SystemExit('peer run must use Chainer 7.8.1 bundled chainermn, got {}'
+                             .format(chainermn.__file__))
+        return chainermn.create_communicator('naive'), None, None
+    import numpy
+
+    import chainermn_comm
+    from chainermn_train._overlap import BackwardOverlap
+    comm16 = None
+    if any(m.endswith('_fp16') for m in args.modes.split(',')):
+        comm16 = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=numpy.float16)
+    return chainermn_comm.create_communicator('naive'), comm16, BackwardOverlap
 
 
 def worker(args):
@@ -74,29 +110,39 @@ def worker(args):
     import numpy
     from mpi4py import MPI
 
-    import chainermn_comm
-    from chainermn_train._overlap import BackwardOverlap
-
-    comm = chainermn_comm.create_communicator('naive')
+    comm, comm16, backward_overlap = _communicators(args)
+    wanted = args.modes.split(',')
+    known = PEER_MODES if args.peer else MODES
+    bad = [m for m in wanted if m not in known]
+    if bad:
+        raise SystemExit('unknown modes {} for this run; choose from {}'.format(bad, ', '.join(known)))
     mpi = MPI.COMM_WORLD
     out = {}
-    for name, (model, x, batch) in _models(args.size).items():
+    for name, (model, x, batch) in _models(args.size, args.batch).items():
+        if args.models and name not in args.models.split(','):
+            continue
         t = numpy.random.RandomState(comm.rank).randint(0, 10, size=batch).astype(numpy.int32)
         opt = chainer.optimizers.MomentumSGD(lr=1e-4)
         opt.setup(model)
         comm.bcast_data(model)
-        overlap = BackwardOverlap(comm, model)
+        overlaps = {}
+        if 'overlap' in wanted:
+            overlaps['overlap'] = backward_overlap(comm, model)
+        if 'overlap_fp16' in wanted:
+            overlaps['overlap_fp16'] = backward_overlap(comm16, model)
         grads_flat = {}
 
         def compute(mode):
             model.cleargrads()
             loss = F.softmax_cross_entropy(model(x), t)
-            if mode == 'overlap':
-                overlap.run_backward(loss)
+            if mode in overlaps:
+                overlaps[mode].run_backward(loss)
             else:
                 loss.backward()
-                if mode == 'plain':
+                if mode in ('plain', 'peer_plain'):
                     comm.multi_node_mean_grad(model, zero_fill=True)
+                elif mode == 'plain_fp16':
+                    comm16.multi_node_mean_grad(model, zero_fill=True)
             opt.update()
 
         def pack_unpack():
@@ -114,8 +160,15 @@ def worker(args):
                 numpy.multiply(buf[o:o + g.size], 1.0 / comm.size, out=g.reshape(-1))
                 o += g.size
 
-        modes = {'plain': lambda: compute('plain'), 'overlap': lambda: compute('overlap'),
-                 'compute': lambda: compute('compute'), 'pack_unpack': pack_unpack}
+        def allreduce(c):
+            # The average alone, on the gradients the last iteration left (every param has one).
+            c.multi_node_mean_grad(model, zero_fill=True)
+
+        special = {'pack_unpack': pack_unpack, 'allreduce': lambda: allreduce(comm),
+                   'peer_allreduce': lambda: allreduce(comm),
+                   'allreduce_fp16': lambda: allreduce(comm16)}
+        modes = {m: special.get(m, lambda m=m: compute(m)) for m in wanted}
+        compute('compute')  # every parameter has a gradient before an average-only mode runs
         times = {m: [] for m in modes}
         for i in range(args.warmup + args.iters):
             order = sorted(modes)
@@ -129,18 +182,38 @@ def worker(args):
                     times[m].append(dt)
         med = {m: statistics.median(v) for m, v in times.items()}
         nbytes = sum(p.size * 4 for p in model.params())
-        out['{}@{}'.format(name, comm.size)] = {
-            'ranks': comm.size, 'grad_bytes': nbytes, 'iters': args.iters,
-            'iteration_plain_s': med['plain'], 'iteration_overlap_s': med['overlap'],
-            'compute_s': med['compute'], 'pack_unpack_s': med['pack_unpack'],
-            'exposed_comm_plain_s': med['plain'] - med['compute'],
-            'exposed_comm_overlap_s': med['overlap'] - med['compute'],
-            'overlap_over_plain': med['overlap'] / med['plain'],
-            'min_s': {m: min(v) for m, v in times.items()}}
-        overlap.free()
+        e = {'model': model.label, 'ranks': comm.size, 'grad_bytes': nbytes, 'iters': args.iters, 'batch': batch,
+             'input_shape': list(x.shape), 'median_s': med, 'times_s': times,
+             'min_s': {m: min(v) for m, v in times.items()}}
+        # The names the single-machine run has always written.
+        for m, key in (('plain', 'iteration_plain_s'), ('overlap', 'iteration_overlap_s'),
+                       ('compute', 'compute_s'), ('pack_unpack', 'pack_unpack_s')):
+            if m in med:
+                e[key] = med[m]
+        if 'compute' in med:
+            for m in med:
+                if m in ('plain', 'overlap') or m.endswith('_plain') or m.startswith(('plain_', 'overlap_')):
+                    e['exposed_comm_{}_s'.format(m)] = med[m] - med['compute']
+        if 'plain' in med and 'overlap' in med:
+            e['overlap_over_plain'] = med['overlap'] / med['plain']
+        if 'overlap' in overlaps:
+            e['overlap_mode'] = overlaps['overlap'].mode
+        out['{}@{}'.format(name, comm.size)] = e
+        for o in overlaps.values():
+            o.free()
     if comm.rank == 0:
         with open(args.out, 'w') as f:
             json.dump(out, f)
+
+
+def _passed(args):
+    """Return the worker options that ``args`` sets beyond the defaults (batch, models, modes)."""
+    out = []
+    for opt in ('batch', 'models', 'modes'):
+        v = getattr(args, opt)
+        if v is not None:
+            out += ['--' + opt, str(v)]
+    return out
 
 
 def main():
@@ -150,6 +223,11 @@ def main():
     p.add_argument('--iters', type=int, default=None)
     p.add_argument('--warmup', type=int, default=1)
     p.add_argument('--out', default=os.path.join(HERE, 'iteration.json'))
+    p.add_argument('--batch', type=int, default=None, help='batch per rank (default: 128 MLP, 2 ResNet)')
+    p.add_argument('--models', default=None, help='comma-separated: mlp, resnet (default both)')
+    p.add_argument('--modes', default=DEFAULT_MODES,
+                   help='worker only: comma-separated of ' + ', '.join(MODES + PEER_MODES[:2]))
+    p.add_argument('--peer', action='store_true', help='worker only, under python -S: the peer')
     p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.iters is None:
@@ -167,7 +245,7 @@ def main():
         part = args.out + '.part{}'.format(n)
         subprocess.run([mpiexec, '-n', str(n), sys.executable, os.path.abspath(__file__), '--worker',
                         '--size', args.size, '--iters', str(args.iters), '--warmup', str(args.warmup),
-                        '--out', part], check=True, env=env)
+                        '--out', part] + _passed(args), check=True, env=env)
         with open(part) as f:
             result.update(json.load(f))
         os.remove(part)

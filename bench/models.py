@@ -32,8 +32,8 @@ def param_shapes(model, size):
     raise ValueError('unknown model {!r}; use one of {}'.format(model, ', '.join(MODELS)))
 
 
-def make_link(shapes, seed, dtype=numpy.float32):
-    """Return a chainer.Link holding one parameter per shape, with random data and grads."""
+def make_link(shapes, seed, dtype=numpy.float32, grad_scale=1.0):
+    """Return a chainer.Link with one parameter per shape: random data, random grads times grad_scale."""
     import chainer
     rng = numpy.random.RandomState(seed)
     link = chainer.Link()
@@ -41,6 +41,6 @@ def make_link(shapes, seed, dtype=numpy.float32):
         for i, (name, shape) in enumerate(shapes):
             attr = 'p{:03d}_{}'.format(i, name.strip('/').replace('/', '_'))
             p = chainer.Parameter(rng.standard_normal(shape).astype(dtype))
-            p.grad = rng.standard_normal(shape).astype(dtype)
+            p.grad = (rng.standard_normal(shape) * grad_scale).astype(dtype)
             setattr(link, attr, p)
     return link

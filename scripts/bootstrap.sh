@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# Create .venv in the repo root and install everything the project needs (idempotent).
+# Create a venv in the repo root and install everything the project needs (idempotent).
+# Usage: bash scripts/bootstrap.sh            .venv: the README set-up (NumPy 1.26, setuptools<74)
+#        bash scripts/bootstrap.sh --numpy2   .venv-np2: today's stack (newest NumPy 2 and newest
+#                                             setuptools, which has no pkg_resources)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+flavour=np1
+case "${1:-}" in
+  '') ;;
+  --numpy2) flavour=np2 ;;
+  *) echo "bootstrap.sh: unknown option '$1' (only --numpy2)" >&2; exit 2 ;;
+esac
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 venv="$root/.venv"
+[ "$flavour" = np2 ] && venv="$root/.venv-np2"
 stamp="$venv/.chainermn-bootstrap"
-want="$( (cat scripts/bootstrap.sh scripts/requirements-dev.txt packages/*/pyproject.toml 2>/dev/null || true) | sha256sum | cut -c1-16)"
+want="$( (echo "$flavour"; cat scripts/bootstrap.sh scripts/requirements-dev.txt packages/*/pyproject.toml packages/chainermn/*.pth 2>/dev/null || true) | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
-# Chainer 7.8.1 needs pkg_resources and numpy.distutils at build and import time.
 "${pip[@]}" --upgrade pip
-"${pip[@]}" "setuptools<74" "numpy>=1.26,<2" wheel
-"${pip[@]}" --no-build-isolation "chainer==7.8.1"
+# Chainer 7.8.1 ships only an sdist whose setup.py imports pkg_resources, so it builds only with
+# setuptools<81 (pip caches the built wheel: this happens once per machine).
+if [ "$flavour" = np1 ]; then
+  "${pip[@]}" "setuptools<74" "numpy>=1.26,<2" wheel
+  "${pip[@]}" --no-build-isolation "chainer==7.8.1"
+else
+  # Today's stack: the newest NumPy 2 and setuptools the index serves.  Chainer then imports only
+  # through chainermn's compat hook (packages/chainermn/src/_chainermn_compat.py).
+  echo 'setuptools<81' > "$venv/build-constraint.txt"
+  "${pip[@]}" --upgrade "numpy>=2,<3" setuptools wheel
+  "${pip[@]}" --build-constraint "$venv/build-constraint.txt" "chainer==7.8.1"
+fi
 "${pip[@]}" -r scripts/requirements-dev.txt
 # Our packages, editable, in dependency order; --no-deps keeps the pins above untouched.
 for p in chainermn-comm chainermn-data chainermn-links chainermn-train chainermn; do

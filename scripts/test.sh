@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
-# Set up .venv (first run) and run the whole test suite; extra arguments go to pytest.
+# Set up the venv (first run) and run the whole test suite; extra arguments go to pytest.
+# Usage: bash scripts/test.sh [--numpy2] [pytest args...]
+#   (default)  .venv, the README set-up (NumPy 1.26)
+#   --numpy2   .venv-np2, the newest NumPy 2 and setuptools the index serves (scripts/bootstrap.sh)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/bootstrap.sh"
+venv=.venv
+flags=()
+if [ "${1:-}" = --numpy2 ]; then
+  venv=.venv-np2
+  flags=(--numpy2)
+  shift
+fi
+bash "$root/scripts/bootstrap.sh" "${flags[@]}"
 cd "$root"
-exec .venv/bin/python -m pytest -ra "$@"
+exec "$venv/bin/python" -m pytest -ra "$@"

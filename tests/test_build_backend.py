@@ -20,14 +20,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 META = os.path.join(ROOT, 'packages', 'chainermn')
 SIBLINGS = ['chainermn-comm', 'chainermn-data', 'chainermn-links', 'chainermn-train']
 ENV = 'CHAINERMN_NO_LOCAL_SIBLINGS'
+#: Every package of the repository has this version (tests/test_packaging.py checks it).
+VERSION = '2.0.0'
 
 # Requires-Dist of the meta-package as (name, extras, specifier, url, marker).
 RANGES = {
-    ('chainermn-comm', (), '<0.2,>=0.1', None, None),
-    ('chainermn-comm', ('gpu',), '<0.2,>=0.1', None, 'extra == "gpu"'),
-    ('chainermn-data', (), '<0.2,>=0.1', None, None),
-    ('chainermn-links', (), '<0.2,>=0.1', None, None),
-    ('chainermn-train', (), '<0.2,>=0.1', None, None),
+    ('chainermn-comm', (), '<2.1,>=2.0', None, None),
+    ('chainermn-comm', ('gpu',), '<2.1,>=2.0', None, 'extra == "gpu"'),
+    ('chainermn-comm', ('gpu-cuda13',), '<2.1,>=2.0', None, 'extra == "gpu-cuda13"'),
+    ('chainermn-data', (), '<2.1,>=2.0', None, None),
+    ('chainermn-links', (), '<2.1,>=2.0', None, None),
+    ('chainermn-train', (), '<2.1,>=2.0', None, None),
 }
 
 
@@ -38,6 +41,7 @@ def _url(package):
 DIRECT = {
     ('chainermn-comm', (), '', _url('chainermn-comm'), None),
     ('chainermn-comm', ('gpu',), '', _url('chainermn-comm'), 'extra == "gpu"'),
+    ('chainermn-comm', ('gpu-cuda13',), '', _url('chainermn-comm'), 'extra == "gpu-cuda13"'),
     ('chainermn-data', (), '', _url('chainermn-data'), None),
     ('chainermn-links', (), '', _url('chainermn-links'), None),
     ('chainermn-train', (), '', _url('chainermn-train'), None),
@@ -96,7 +100,7 @@ def _prepare(backend, tmp_path, hook='prepare_metadata_for_build_wheel'):
     out = tmp_path / 'meta'
     out.mkdir()
     name = getattr(backend, hook)(str(out))
-    assert name == 'chainermn-0.1.0.dist-info'
+    assert name == 'chainermn-{}.dist-info'.format(VERSION)
     return str(out / name), (out / name / 'METADATA').read_text()
 
 
@@ -181,7 +185,7 @@ def test_project_table_without_tomllib_matches_tomllib(backend, monkeypatch):
     with_tomllib = [backend._project_table(p) for p in paths]
     monkeypatch.setitem(sys.modules, 'tomllib', None)  # what Python < 3.11 sees
     without = [backend._project_table(p) for p in paths]
-    assert with_tomllib == without == [(p, '0.1.0') for p in SIBLINGS + ['chainermn']]
+    assert with_tomllib == without == [(p, VERSION) for p in SIBLINGS + ['chainermn']]
 
 
 @pytest.mark.parametrize('value,enabled', [(None, True), ('', True), ('0', True), ('1', False),
@@ -220,7 +224,7 @@ def test_env_var_keeps_poetry_metadata(backend, tmp_path, monkeypatch):
 def test_outside_checkout_keeps_ranges(tmp_path, monkeypatch):
     """A source tree without siblings next to it (an unpacked sdist) keeps the version ranges."""
     monkeypatch.delenv(ENV, raising=False)
-    copy = tmp_path / 'unpacked' / 'chainermn-0.1.0'
+    copy = tmp_path / 'unpacked' / ('chainermn-' + VERSION)
     shutil.copytree(META, str(copy), ignore=shutil.ignore_patterns('__pycache__', 'tests'))
     monkeypatch.chdir(str(copy))
     backend = _load_backend(str(copy))
@@ -260,8 +264,8 @@ def test_sdist_keeps_ranges(backend, tmp_path):
     import tarfile
     name = backend.build_sdist(str(tmp_path))
     with tarfile.open(str(tmp_path / name)) as tf:
-        pkg_info = tf.extractfile('chainermn-0.1.0/PKG-INFO').read().decode()
-        assert 'chainermn-0.1.0/_build/chainermn_build_backend.py' in tf.getnames()
+        pkg_info = tf.extractfile('chainermn-{}/PKG-INFO'.format(VERSION)).read().decode()
+        assert 'chainermn-{}/_build/chainermn_build_backend.py'.format(VERSION) in tf.getnames()
     assert _requires(pkg_info) == RANGES
 
 

@@ -8,7 +8,6 @@ wheels built as a publisher would (``CHAINERMN_NO_LOCAL_SIBLINGS=1``: version ra
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -16,9 +15,10 @@ import zipfile
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUB_PACKAGES = ['chainermn-comm', 'chainermn-data', 'chainermn-links', 'chainermn-train']
-PACKAGES = SUB_PACKAGES + ['chainermn']
+from packaging_support import PACKAGES, ROOT, build_wheels
+from packaging_support import env as _env
+from packaging_support import repo_version as _repo_version
+from packaging_support import run as _run
 
 PROBE = textwrap.dedent('''
     import json, os, sys, sysconfig
@@ -54,7 +54,7 @@ def test_dev_install_imports_ours(tmp_path):
     assert got['file'] == os.path.join(ours, '__init__.py'), got
     assert got['same_factory'] is True
     assert got['links'] == 'chainermn.links'
-    assert got['version'] == '0.1.0'
+    assert got['version'] == _repo_version('chainermn')
 
 
 def test_dev_install_beats_a_chainermn_dir_on_sys_path(tmp_path):
@@ -84,47 +84,22 @@ def test_hook_finder_only_claims_chainermn():
 # ---------------------------------------------------------------------------------------------
 # Fresh non-editable installs (slow: two venvs; pip's cache makes them a minute or two).
 
-def _run(cmd, **kw):
-    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900, **kw)
-    assert res.returncode == 0, '{}\n{}\n{}'.format(' '.join(map(str, cmd)), res.stdout[-5000:],
-                                                     res.stderr[-5000:])
-    return res
-
-
-def _env(**changes):
-    """This process's environment with ``changes`` (None removes a variable)."""
-    env = dict(os.environ)
-    for key, value in changes.items():
-        env.pop(key, None)
-        if value is not None:
-            env[key] = value
-    return env
-
-
-def _repo_version(package):
-    with open(os.path.join(ROOT, 'packages', package, 'pyproject.toml')) as f:
-        return re.search(r'^version = "([^"]+)"$', f.read(), re.M).group(1)
-
-
 @pytest.fixture(scope='module')
 def wheels(tmp_path_factory):
     """Build our five wheels once, as a publisher would (poetry-core from this venv, no isolation
     needed; CHAINERMN_NO_LOCAL_SIBLINGS=1 keeps the siblings as version ranges, not paths)."""
-    out = tmp_path_factory.mktemp('wheels')
-    _run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation',
-          '-w', out] + [os.path.join(ROOT, 'packages', p) for p in PACKAGES],
-         env=_env(CHAINERMN_NO_LOCAL_SIBLINGS='1'))
-    found = sorted(str(p) for p in out.glob('*.whl'))
-    assert len(found) == len(PACKAGES), found
-    meta = next(w for w in found if os.path.basename(w).startswith('chainermn-0'))
+    found = build_wheels(str(tmp_path_factory.mktemp('wheels')))
+    version = _repo_version('chainermn')
+    meta = next(w for w in found if os.path.basename(w).startswith('chainermn-' + version))
     with zipfile.ZipFile(meta) as zf:
-        text = zf.read('chainermn-0.1.0.dist-info/METADATA').decode()
+        text = zf.read('chainermn-{}.dist-info/METADATA'.format(version)).decode()
     requires = [ln for ln in text.splitlines() if ln.startswith('Requires-Dist:')]
-    assert requires == ['Requires-Dist: chainermn-comm (>=0.1,<0.2)',
-                        'Requires-Dist: chainermn-comm[gpu] (>=0.1,<0.2) ; extra == "gpu"',
-                        'Requires-Dist: chainermn-data (>=0.1,<0.2)',
-                        'Requires-Dist: chainermn-links (>=0.1,<0.2)',
-                        'Requires-Dist: chainermn-train (>=0.1,<0.2)'], requires
+    assert sorted(requires) == ['Requires-Dist: chainermn-comm (>=2.0,<2.1)',
+                        'Requires-Dist: chainermn-comm[gpu-cuda13] (>=2.0,<2.1) ; extra == "gpu-cuda13"',
+                        'Requires-Dist: chainermn-comm[gpu] (>=2.0,<2.1) ; extra == "gpu"',
+                        'Requires-Dist: chainermn-data (>=2.0,<2.1)',
+                        'Requires-Dist: chainermn-links (>=2.0,<2.1)',
+                        'Requires-Dist: chainermn-train (>=2.0,<2.1)'], requires  # any order
     return found
 
 
@@ -144,7 +119,7 @@ def _check_fresh(python, cwd):
     got = _probe(python, cwd)
     assert got['file'] == os.path.join(got['site'], '_chainermn_meta', 'chainermn', '__init__.py'), got
     assert got['same_factory'] is True, got
-    assert got['finder_first'] in ('ChainermnFinder', 'DistutilsMetaFinder'), got
+    assert got['finder_first'] in ('CompatFinder', 'ChainermnFinder', 'DistutilsMetaFinder'), got
     # Chainer's own files are left alone: its bundled package is still on disk, just not imported.
     assert got['bundled_exists'] is True, got
     return got

@@ -49,3 +49,62 @@ def test_poetry_build_has_no_paths_in_metadata(package, tmp_path):
         assert 'chainermn-comm' in named, (package, named)
     for sibling in SIBLINGS & set(named):
         assert re.search(r'[<>=]', named[sibling]), 'sibling dependency needs a version range: ' + named[sibling]
+
+
+def _project(package):
+    import tomllib
+    with open(os.path.join(ROOT, 'packages', package, 'pyproject.toml'), 'rb') as f:
+        return tomllib.load(f)['project']
+
+
+def _requirements(project):
+    from packaging.requirements import Requirement
+    reqs = [Requirement(r) for r in project.get('dependencies', [])]
+    for extra, items in project.get('optional-dependencies', {}).items():
+        reqs += [(extra, Requirement(r)) for r in items]
+    return reqs
+
+
+def test_metadata_states_the_supported_stack():
+    """One version line for all five, after the original 1.3.1; NumPy 1.26 to 2.x; Python 3.9+."""
+    from packaging.version import Version
+    versions = {p: _project(p)['version'] for p in PACKAGES}
+    assert len(set(versions.values())) == 1, versions
+    version = Version(versions['chainermn'])
+    assert version > Version('1.3.1') and version.major == 2, version
+    for package in PACKAGES:
+        project = _project(package)
+        assert project['requires-python'] == '>=3.9', package
+        for req in _requirements(project):
+            if isinstance(req, tuple):
+                req = req[1]
+            if req.name == 'numpy':
+                assert str(req.specifier) == '<3,>=1.26', (package, str(req))
+            if req.name in SIBLINGS:  # every sibling range holds the sibling's version, no more
+                assert version in req.specifier, (package, str(req))
+                assert Version('{}.{}.0'.format(version.major, version.minor + 1)) not in req.specifier
+    # The import names report the same version.
+    import chainermn
+    import chainermn_comm
+    import chainermn_links
+    import chainermn_train
+    for mod in (chainermn, chainermn_comm, chainermn_links, chainermn_train):
+        assert mod.__version__ == str(version), mod
+
+
+def test_gpu_extras_allow_cupy_13_and_14():
+    extras = {}
+    for item in _requirements(_project('chainermn-comm')):
+        if isinstance(item, tuple):
+            extras.setdefault(item[0], []).append(item[1])
+    (gpu,) = extras['gpu']
+    assert gpu.name == 'cupy-cuda12x', gpu
+    assert all(v in gpu.specifier for v in ('13.0.0', '13.6.0', '14.0.0', '14.2.0')), gpu
+    assert '12.3.0' not in gpu.specifier and '15.0.0' not in gpu.specifier, gpu
+    (cuda13,) = extras['gpu-cuda13']
+    assert cuda13.name == 'cupy-cuda13x', cuda13
+    assert '14.2.0' in cuda13.specifier and '13.6.0' not in cuda13.specifier, cuda13
+    meta = {item[0]: str(item[1]) for item in _requirements(_project('chainermn'))
+            if isinstance(item, tuple)}
+    assert meta['gpu'].startswith('chainermn-comm[gpu]'), meta
+    assert meta['gpu-cuda13'].startswith('chainermn-comm[gpu-cuda13]'), meta

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool, carry .whl): GPU tests or GPU benchmarks, logs into $OUT.
-# The image has CuPy, NCCL and NumPy 2 but no Chainer and no MPI.  Its python3 is itself a venv,
-# so a nested venv would not see CuPy: the carried wheels go to a --prefix instead, put on
-# PYTHONPATH/PATH/LD_LIBRARY_PATH; our packages run from source (PYTHONPATH, ahead of the copy of
-# chainermn that Chainer bundles); scripts/device/sitecustomize.py lets Chainer import.
+# The image has Python 3.12, NumPy 2, CuPy 14 and NCCL but no Chainer and no MPI, and cannot
+# download.  scripts/device/fetch_wheels.sh puts in .whl/ what it lacks: Chainer 7.8.1, the MPICH
+# wheel, mpi4py and our five wheels.  They are installed with --no-deps into the image's own
+# Python environment (a nested venv would not see CuPy), exactly as `pip install chainermn`
+# would: the meta-package's chainermn_precedence.pth then makes `import chainer` work on that
+# stack and `import chainermn` ours.  No shim, no PYTHONPATH.
 # Usage: bash scripts/device/gpu_check.sh [tests [pytest args...] | bench]
 #   tests (default): every test marked gpu (or the given pytest args), at most ~9 minutes
 #   bench: bench_gpu (pure_nccl, flat) and bench/overlap_gpu.py at one rank, at most ~8 minutes
@@ -11,24 +13,23 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${OUT:-$root/gpu-out}"; mkdir -p "$out"
-pfx="${GPU_PREFIX:-/tmp/chainermn-gpu}"
 py3="${GPU_PYTHON:-python3}"
 part="${1:-tests}"; [ $# -gt 0 ] && shift
 case "$part" in tests|bench) ;; *) echo "gpu_check.sh: unknown part '$part' (tests or bench)" >&2; exit 2;; esac
 log="$out/gpu_check_$part.log"
 {
   echo "== machine"; nvidia-smi -L 2>&1 || true; "$py3" --version
-  if [ ! -x "$pfx/bin/mpiexec" ]; then
+  if ! "$py3" -c 'import chainermn_comm, mpi4py' 2>/dev/null; then
     "$py3" -m pip install -q --no-index --no-deps --no-compile --no-warn-script-location \
-      --prefix "$pfx" "$root"/.whl/*.whl || exit 4
+      "$root"/.whl/*.whl || exit 4
   fi
-  site="$("$py3" -c 'import sys; print("lib/python{}.{}/site-packages".format(*sys.version_info[:2]))')"
-  export PYTHONPATH="$root/scripts/device$(for p in comm data links train; do printf ':%s' "$root/packages/chainermn-$p/src"; done):$root/packages/chainermn/src:$pfx/$site${PYTHONPATH:+:$PYTHONPATH}"
-  export PATH="$pfx/bin:$PATH" LD_LIBRARY_PATH="$pfx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  pfx="$("$py3" -c 'import sys; print(sys.prefix)')"
+  export PATH="$("$py3" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
+  export LD_LIBRARY_PATH="$pfx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PYTHONUNBUFFERED=1
   cd "$root"
   "$py3" - <<'PY'
-import chainer, chainermn, mpi4py, numpy
+import chainer, chainermn, mpi4py, numpy, _chainermn_compat
 from mpi4py import MPI
 from chainermn_comm import _gpu_support
 print('chainer', chainer.__version__, 'cuda available', chainer.backends.cuda.available)
@@ -39,6 +40,7 @@ try:
 except Exception as e:
     print('cupy missing:', e)
 print('numpy', numpy.__version__, 'mpi4py', mpi4py.__version__)
+print('chainer compat', _chainermn_compat.status(), _chainermn_compat.applied())
 print('MPI', MPI.Get_library_version().splitlines()[0])
 print('gpu support', _gpu_support.cupy_status())
 PY

@@ -95,7 +95,7 @@ def test_sigkill_mid_allreduce_ends_job(tmp_path, record_exit):
 @pytest.mark.parametrize('n', [2, 3])
 def test_skipped_collective_fires_watchdog(n, record_exit):
     timeout_s = 3
-    res = run_mpi([job('job_skip.py')], n, timeout=60, env={'CHAINERMN_TIMEOUT': timeout_s})
+    res = run_mpi([job('job_skip.py'), 'exit'], n, timeout=60, env={'CHAINERMN_TIMEOUT': timeout_s})
     end = time.time()
     assert not res.timed_out, report(res)
     assert res.returncode == WATCHDOG_EXIT_STATUS, report(res)
@@ -108,6 +108,26 @@ def test_skipped_collective_fires_watchdog(n, record_exit):
     record_exit('3. skipped collective (n={}, timeout {} s)'.format(n, timeout_s), after,
                 'after the skip')
     assert after < timeout_s + 10, report(res)
+
+
+@pytest.mark.parametrize('n', [2, 3])
+def test_skipped_collective_meets_the_next_one(n, record_exit):
+    """The skipping rank's next collective meets the others' call: every rank raises at once."""
+    res = run_mpi([job('job_skip.py'), 'next'], n, timeout=60, env={'CHAINERMN_TIMEOUT': '50'})
+    end = time.time()
+    assert not res.timed_out, report(res)
+    assert res.returncode != 0, report(res)
+    assert 'job ran to the end' not in res.stdout, report(res)
+    assert 'chainermn watchdog' not in res.stderr, report(res)
+    for r in range(n):
+        assert 'CommunicationError: rank {}: ranks disagree on the next collective call'.format(r) in \
+            res.stderr, report(res)
+    assert re.search(r'rank {}: collective call #4: bcast_obj\(root=0\)'.format(n - 1), res.stderr), report(res)
+    assert re.search(r'rank 0: collective call #4: allreduce\(shape=\(5, 7\), dtype=<f4, op=sum\)',
+                     res.stderr), report(res)
+    after = end - stamp(res.stderr, 'FAULT-SKIP-AT')
+    record_exit('3b. skipped collective, next one meets it (n={})'.format(n), after, 'after the skip')
+    assert after < 10, report(res)
 
 
 # -- 4. mismatched collectives in debug mode -------------------------------------------------------

@@ -1,5 +1,6 @@
 """Unit tests of the call guard (single process)."""
 
+import os
 import time
 
 import pytest
@@ -35,8 +36,8 @@ def test_debug_enabled(monkeypatch, value, expected):
 def test_guard_tracks_current_and_last_call():
     g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
     with g('allreduce', (('shape', (2,)), ('dtype', '<f4')), peer=3):
-        name, seq, sig, start, info = g.current
-        assert (name, seq, info) == ('allreduce', 1, {'peer': 3})
+        name, seq, sig, start, info, number = g.current
+        assert (name, seq, info, number) == ('allreduce', 1, {'peer': 3}, 1)
         assert start <= time.monotonic()
     assert g.current is None and g.last[:2] == ('allreduce', 1)
     with g('send', (), collective=False, dest=1):
@@ -55,16 +56,21 @@ def test_exception_inside_call_clears_current():
 
 def test_long_values_are_shortened():
     g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
-    text = g.describe(('allreduce_grad', 1, (('params', tuple(((i,), '<f4') for i in range(500))),), 0, {}))
+    text = g.describe(('gather', 1, (('shapes', tuple(((i,), '<f4') for i in range(500))),), 0, {}, 1))
     assert len(text) < 300 and 'chars>' in text
+    text = g.describe(('allreduce_grad', 1, (('params', tuple(((i,), '<f4') for i in range(500))),), 0, {}, 1))
+    assert text == 'call #1 allreduce_grad(params=<500 arrays>)'
 
 
 def test_first_difference():
-    a = ('allreduce_grad', (('params', (((3,), '<f4'), ((2,), '<f4'))),), 1)
-    b = ('allreduce_grad', (('params', (((3,), '<f4'), ((2,), '<f8'))),), 1)
-    assert 'params[1] is ((2,), \'<f4\') on rank 0 but ((2,), \'<f8\') on rank 1' in \
-        _guard._first_difference([a, b])
-    assert _guard._first_difference([a, ('bcast', (('root', 0),), 1)]) == ''
+    a = ('allreduce_grad', (('params', (('/a', (3,), '<f4'), ('/b', (2,), '<f4'))),), 1, 'h0')
+    b = ('allreduce_grad', (('params', (('/a', (3,), '<f4'), ('/b', (2,), '<f8'))),), 1, 'h1')
+    assert ("parameter 1 is '/b' with shape (2,) dtype <f4 on rank 0 but '/b' with shape (2,) "
+            "dtype <f8 on rank 1") in _guard._first_difference([a, b])
+    c = ('allreduce_grad', (('params', (('/a', (3,), '<f4'),)),), 1, 'h1')
+    assert ("params has 2 arrays on rank 0 but 1 on rank 1; rank 0 also has parameter '/b' "
+            "with shape (2,) dtype <f4") in _guard._first_difference([a, c])
+    assert _guard._first_difference([a, ('bcast', (('root', 0),), 1, 'h1')]) == ''
 
 
 def test_watchdog_fires_on_a_stuck_call(monkeypatch):
@@ -91,3 +97,44 @@ def test_guard_overhead_is_small():
                 pass
         best = min(best, (time.perf_counter() - t) / n)
     assert best < 5e-6, best
+
+
+FINGERPRINT = '''
+import numpy
+from chainermn_comm import _grad, _guard
+import chainer
+p = chainer.Parameter(numpy.ones((2, 3), numpy.float32))
+p.grad = numpy.ones((2, 3), numpy.float32)
+sig = (('shape', (2, 3)), ('dtype', '<f4'), ('op', 'sum'))
+print(hash((_guard.stable_code('allreduce'), _guard._stable_key(sig))),
+      hash((_guard.stable_code('allreduce_grad'), _grad.params_key([p], 'grad'))))
+'''
+
+
+def test_fingerprints_do_not_depend_on_the_process():
+    """Ranks compare hashes: they must not change with Python's per-process string hash seed."""
+    import subprocess
+    import sys
+    outs = set()
+    for seed in ('1', '2', '12345'):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        outs.add(subprocess.run([sys.executable, '-c', FINGERPRINT], env=env, check=True,
+                                stdout=subprocess.PIPE, universal_newlines=True).stdout)
+    assert len(outs) == 1, outs
+
+
+def test_invalid_input_signatures_compare_alike():
+    a = (('invalid input', 'ValueError: rank 0: bad'),)
+    b = (('invalid input', 'ValueError: rank 1: bad'),)
+    assert _guard._comparable(a) == _guard._comparable(b)
+    assert _guard._comparable((('root', 0),)) == (('root', 0),)
+
+
+def test_stall_seconds_from_environment(monkeypatch):
+    monkeypatch.delenv('CHAINERMN_STALL_SECONDS', raising=False)
+    assert _guard.resolve_stall_seconds() == 60.0
+    monkeypatch.setenv('CHAINERMN_STALL_SECONDS', '0')
+    assert _guard.resolve_stall_seconds() == 0.0
+    monkeypatch.setenv('CHAINERMN_STALL_SECONDS', 'x')
+    with pytest.raises(ValueError, match='CHAINERMN_STALL_SECONDS'):
+        _guard.resolve_stall_seconds()

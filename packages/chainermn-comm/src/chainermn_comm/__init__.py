@@ -1,6 +1,6 @@
 """chainermn-comm: ChainerMN communicators over MPI (CPU) and CuPy/NCCL (GPU)."""
 
-from chainermn_comm import global_except_hook
+from chainermn_comm import _slurm_pmi, global_except_hook
 from chainermn_comm._errors import CommunicationError, CommunicatorUnavailableError
 from chainermn_comm._factory import COMMUNICATOR_NAMES, CPUModeWarning, create_communicator
 from chainermn_comm._finalize import CommunicatorFinalizedError
@@ -13,4 +13,7 @@ __all__ = ['create_communicator', 'CommunicatorBase', 'MpiCommunicatorBase', 'Na
            'CommunicationError', 'CommunicatorFinalizedError', 'CommunicatorUnavailableError',
            'CPUModeWarning', 'COMMUNICATOR_NAMES', 'global_except_hook', '__version__']
 
+# No import above initialises MPI (mpi4py.MPI is imported lazily), so this still runs before
+# MPI_Init: under srun --mpi=pmi2 with the mpich wheel it selects the OFI netmod (README "Slurm").
+_slurm_pmi.apply()
 global_except_hook._add_hook_if_enabled()

@@ -26,7 +26,10 @@ class FinalizedGuard:
 
 
 def close_guard(guard):
-    """Free the MPI communicator a debug-mode call guard duplicated (collective), if any."""
+    """Free what a call guard holds (collective): the stall inspector's side channel, the debug copy."""
+    close = getattr(guard, 'close', None)
+    if close is not None:
+        close()
     debug_comm = getattr(guard, '_debug_comm', None)
     if debug_comm is not None:
         guard._debug_comm = None  # the check at program exit skips guards without one

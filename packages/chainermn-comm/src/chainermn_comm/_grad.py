@@ -7,14 +7,16 @@ Small gradients (below ``direct_bytes``) are packed into one persistent buffer o
 the copy, so that a hundred tiny arrays cost one message rather than a hundred.
 """
 
+import operator
 import os
 
 import numpy
 
 from chainermn_comm import _half
+from chainermn_comm._guard import number_from_env, stable_code
 
-__all__ = ['ChunkedReducer', 'collect_params', 'DEFAULT_CHUNK_BYTES', 'CHUNK_ENV',
-           'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
+__all__ = ['ChunkedReducer', 'collect_params', 'params_key', 'params_signature',
+           'DEFAULT_CHUNK_BYTES', 'CHUNK_ENV', 'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
 
 CHUNK_ENV = 'CHAINERMN_CHUNK_BYTES'
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
@@ -42,6 +44,38 @@ def collect_params(model, zero_fill):
     return params
 
 
+def params_key(params, attr):
+    """Return the shapes and dtype codes of ``param.<attr>`` for every param: the agreement check's key."""
+    arrays = [getattr(p, attr) for p in params]
+    shapes = tuple(map(_shape_of, arrays))
+    dtypes = list(map(_dtype_of, arrays))
+    try:
+        codes = tuple(map(_dtype_codes.__getitem__, dtypes))
+    except KeyError:
+        for dt in dtypes:
+            if dt not in _dtype_codes:
+                _dtype_codes[dt] = stable_code(numpy.dtype(dt).str)
+        codes = tuple(map(_dtype_codes.__getitem__, dtypes))
+    return shapes, codes
+
+
+_shape_of = operator.attrgetter('shape')
+_dtype_of = operator.attrgetter('dtype')
+#: Process-independent codes of the dtypes seen so far (``hash`` of a dtype is not).
+_dtype_codes = {}
+
+
+def params_signature(model, params, attr):
+    """Return ``(name, shape, dtype)`` of ``param.<attr>`` for every param, for error messages."""
+    names = {id(p): n for n, p in model.namedparams()}
+    return tuple((names.get(id(p), '?'), tuple(getattr(p, attr).shape), getattr(p, attr).dtype.str)
+                 for p in params)
+
+
+def _bytes_from_env(name, default):
+    return number_from_env(name, default, int, 'an integer number of bytes (e.g. {})'.format(default))
+
+
 class ChunkedReducer:
     """Reduce or broadcast host arrays in place, in cache-sized pieces.
 
@@ -53,11 +87,11 @@ class ChunkedReducer:
 
     def __init__(self, mpi_comm, chunk_bytes=None, direct_bytes=None):
         if chunk_bytes is None:
-            chunk_bytes = int(os.environ.get(CHUNK_ENV, DEFAULT_CHUNK_BYTES))
+            chunk_bytes = _bytes_from_env(CHUNK_ENV, DEFAULT_CHUNK_BYTES)
         if chunk_bytes < 64:
             raise ValueError('chunk_bytes must be at least 64 bytes; got {}'.format(chunk_bytes))
         if direct_bytes is None:
-            direct_bytes = int(os.environ.get(DIRECT_ENV, DEFAULT_DIRECT_BYTES))
+            direct_bytes = _bytes_from_env(DIRECT_ENV, DEFAULT_DIRECT_BYTES)
         self.mpi_comm = mpi_comm
         self.chunk_bytes = int(chunk_bytes)
         self.direct_bytes = int(direct_bytes)

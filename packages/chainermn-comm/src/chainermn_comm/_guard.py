@@ -1,32 +1,53 @@
-"""Per-call bookkeeping for communicators: the watchdog and the debug-mode consistency check.
+"""Per-call bookkeeping for communicators: agreement checks, the stall inspector and the watchdog.
 
-Every blocking call of a communicator runs inside ``with guard(name, sig, collective=..., **info):``.
-``sig`` is a tuple of ``(key, value)`` pairs all ranks must agree on in debug mode (shape, dtype, root),
-or a callable returning one (for signatures that cost time to build, built only when needed);
-``info`` is only shown in reports (e.g. the peer of a send).
+Every blocking call of a communicator runs inside ``with guard(name, sig, collective=..., key=..., **info):``.
+``sig`` is a tuple of ``(key, value)`` pairs all ranks must agree on (shape, dtype, root, parameter
+list), or a callable returning one (for signatures that cost time to build, built only when needed);
+``key`` is an optional cheap stand-in for ``sig`` made of ints and tuples only (hashed the same way
+in every process); ``info`` is only shown in reports (e.g. the peer of a send).
 
-Fast path (watchdog on, debug off): entering a call stores one tuple with a ``time.monotonic()``
-stamp; leaving it clears the tuple.  A single daemon thread per process wakes at most once a second
-(or every quarter of the timeout), and aborts the job when a call has been running too long.
+Default mode (``$CHAINERMN_CHECK`` unset or 1): entering a collective all-reduces a 16-byte header,
+``[fp, -fp]`` with ``MPI.MAX``, where ``fp`` is a 62-bit fingerprint of ``(name, key or sig)``.
+Every rank then holds the largest and the smallest fingerprint, so every rank learns whether all
+agree.  Only when they do not, the ranks gather their full signatures and raise
+:class:`CommunicationError` naming the ranks, hosts and the first difference.
+
+Debug mode (``$CHAINERMN_DEBUG=1``): the full signatures are gathered at every collective instead.
+
+Watchdog and stall inspector: a single daemon thread per process (see :mod:`chainermn_comm._stall`)
+reports a call that has waited ``$CHAINERMN_STALL_SECONDS`` (which ranks have not reached it, asked
+over a side communicator) and aborts the job when a call outlives ``$CHAINERMN_TIMEOUT``.
 """
 
+import array
 import atexit
 import faulthandler
+import operator
 import os
 import sys
 import threading
 import time
 import weakref
+import zlib
 
+from chainermn_comm import _stall
 from chainermn_comm._errors import CommunicationError
 
-__all__ = ['CallGuard', 'TIMEOUT_ENV', 'DEBUG_ENV', 'DEFAULT_TIMEOUT', 'WATCHDOG_EXIT_STATUS',
-           'EXIT_CALL', 'resolve_timeout', 'debug_enabled']
+__all__ = ['CallGuard', 'TIMEOUT_ENV', 'DEBUG_ENV', 'CHECK_ENV', 'STALL_ENV', 'DEFAULT_TIMEOUT',
+           'DEFAULT_STALL_SECONDS', 'WATCHDOG_EXIT_STATUS', 'EXIT_CALL', 'resolve_timeout',
+           'resolve_stall_seconds', 'debug_enabled', 'check_enabled', 'stable_code', 'fail_together',
+           'INVALID_INPUT', 'number_from_env']
 
 TIMEOUT_ENV = 'CHAINERMN_TIMEOUT'
 DEBUG_ENV = 'CHAINERMN_DEBUG'
+#: Set to 0 to turn off the default-mode agreement check of collective calls.
+CHECK_ENV = 'CHAINERMN_CHECK'
+#: Seconds a call may wait before the stall inspector reports it (0 turns the inspector off).
+STALL_ENV = 'CHAINERMN_STALL_SECONDS'
 #: Default watchdog timeout in seconds (30 minutes).
 DEFAULT_TIMEOUT = 1800.0
+#: Default stall report threshold in seconds.
+DEFAULT_STALL_SECONDS = 60.0
 #: Exit status of a job aborted by the watchdog.
 WATCHDOG_EXIT_STATUS = 14
 #: Name a rank reports in the debug-mode check when its program is exiting.
@@ -35,62 +56,133 @@ EXIT_CALL = '<program exit>'
 _MAX_VALUE_CHARS = 160
 #: Seconds between the watchdog's report and MPI_Abort.
 _ABORT_GRACE = 1.0
+#: Seconds between two rounds of answering the other ranks' progress queries.
+_SERVE_PERIOD = 1.0
+_FP_MASK = (1 << 62) - 1
+#: Signature key of a call whose arguments are invalid on this rank (the value says why).
+INVALID_INPUT = 'invalid input'
+_OFF = ('', '0', 'false', 'no', 'off')
+
+
+def number_from_env(name, default, convert=float, what='a number of seconds'):
+    """Return $name converted by ``convert``, or ``default`` when unset; ValueError naming it otherwise."""
+    env = os.environ.get(name, '').strip()
+    if not env:
+        return default
+    try:
+        return convert(env)
+    except ValueError:
+        raise ValueError('{}={!r} must be {}'.format(name, env, what)) from None
 
 
 def resolve_timeout(timeout):
     """Return the watchdog timeout in seconds: argument, else $CHAINERMN_TIMEOUT, else default; 0 is off."""
     if timeout is None:
-        env = os.environ.get(TIMEOUT_ENV, '').strip()
-        if env:
-            try:
-                timeout = float(env)
-            except ValueError:
-                raise ValueError('{}={!r} must be a number of seconds (0 turns the watchdog off)'.format(
-                    TIMEOUT_ENV, env))
-        else:
-            timeout = DEFAULT_TIMEOUT
+        timeout = number_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT,
+                                  what='a number of seconds (0 turns the watchdog off)')
     timeout = float(timeout)
     if not timeout >= 0:
         raise ValueError('timeout must be >= 0 seconds (0 turns the watchdog off); got {}'.format(timeout))
     return timeout
 
 
+def resolve_stall_seconds():
+    """Return the stall report threshold: $CHAINERMN_STALL_SECONDS, else 60; 0 is off."""
+    value = number_from_env(STALL_ENV, DEFAULT_STALL_SECONDS,
+                            what='a number of seconds (0 turns the stall inspector off)')
+    if not value >= 0:
+        raise ValueError('{}={} must be >= 0 seconds (0 turns the stall inspector off)'.format(
+            STALL_ENV, value))
+    return value
+
+
 def debug_enabled():
-    """Return True when $CHAINERMN_DEBUG asks for the cross-rank consistency checks."""
-    return os.environ.get(DEBUG_ENV, '').strip().lower() not in ('', '0', 'false', 'no', 'off')
+    """Return True when $CHAINERMN_DEBUG asks for the full cross-rank consistency checks."""
+    return os.environ.get(DEBUG_ENV, '').strip().lower() not in _OFF
+
+
+def check_enabled():
+    """Return True unless $CHAINERMN_CHECK=0 turns off the default-mode agreement check."""
+    return os.environ.get(CHECK_ENV, '1').strip().lower() not in _OFF[1:]
+
+
+_codes = {}
+
+
+def stable_code(value):
+    """Return a process-independent int for ``value`` (a str, or anything with a stable ``str``)."""
+    try:
+        code = _codes.get(value)
+    except TypeError:  # unhashable
+        return zlib.crc32(str(value).encode('utf-8', 'replace'))
+    if code is None:
+        code = _codes[value] = zlib.crc32(str(value).encode('utf-8', 'replace'))
+    return code
+
+
+def _stable_key(value):
+    """Turn a signature into ints and tuples, whose ``hash`` is the same in every process."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_stable_key(v) for v in value)
+    if isinstance(value, float):
+        return stable_code(repr(value))
+    try:
+        return operator.index(value)  # int, bool, numpy integers
+    except TypeError:
+        return stable_code(value)
+
+
+def fail_together(comm, name, error):
+    """Raise ``error`` here and a CommunicationError on the ranks that are in collective ``name``.
+
+    For a rank that finds its own input invalid where the other ranks enter a collective call:
+    it joins the agreement check with an 'invalid input' signature instead, so that no rank is
+    left waiting.  Without the check (one rank, $CHAINERMN_CHECK=0) it just raises ``error``.
+    """
+    guard = getattr(comm, '_guard', None)
+    if not isinstance(guard, CallGuard) or not (guard.check or guard.debug):
+        raise error
+    with guard(name, ((INVALID_INPUT, '{}: {}'.format(type(error).__name__, error)),)):
+        pass
+    raise error
 
 
 class _Watchdog(threading.Thread):
-    """Daemon thread that aborts the job when a guarded call outlives its timeout."""
+    """Daemon thread: answers progress queries, reports stalled calls, aborts calls past their timeout."""
 
     def __init__(self):
         super().__init__(name='chainermn-watchdog', daemon=True)
         self._guards = weakref.WeakSet()
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        #: Held while the thread makes MPI calls; taken for good at program exit (before MPI_Finalize).
+        self.mpi_lock = threading.Lock()
+        self.closed = False
 
     def add(self, guard):
         with self._lock:
             self._guards.add(guard)
         self._wake.set()
 
+    def close(self):
+        """Stop every MPI call of this thread (called at exit, before MPI_Finalize)."""
+        with self.mpi_lock:
+            self.closed = True
+
     def run(self):
         while True:
             with self._lock:
                 guards = list(self._guards)
             now = time.monotonic()
-            wait = 1.0
+            wait = _SERVE_PERIOD
             for g in guards:
-                if g.timeout <= 0:
-                    continue
-                cur = g.current
-                if cur is None:
-                    wait = min(wait, g.timeout / 4.0)
-                    continue
-                elapsed = now - cur[3]
-                if elapsed >= g.timeout:
-                    g.fire(cur, elapsed)
-                wait = min(wait, g.timeout - elapsed, g.timeout / 4.0)
+                try:
+                    wait = min(wait, g.tick(now, self))
+                except Exception as e:  # never let the thread die: it guards the whole job
+                    try:
+                        sys.stderr.write('chainermn watchdog: {}: {}\n'.format(type(e).__name__, e))
+                    except Exception:
+                        pass
             del guards
             self._wake.wait(max(0.02, wait))
             self._wake.clear()
@@ -105,6 +197,8 @@ def _ensure_watchdog(guard):
     with _watchdog_lock:
         if _watchdog is None:
             _watchdog = _Watchdog()
+            # Registered after mpi4py's MPI_Finalize hook, so it runs before it (LIFO).
+            atexit.register(_watchdog.close)
             _watchdog.start()
     _watchdog.add(guard)
 
@@ -148,53 +242,91 @@ def _check_at_exit():
 
 
 class CallGuard:
-    """Time-stamp each blocking call for the watchdog and, in debug mode, check ranks agree."""
+    """Check that ranks agree on each collective call, report stalls and abort calls that hang."""
 
-    def __init__(self, mpi_comm, timeout=None, debug=None):
+    def __init__(self, mpi_comm, timeout=None, debug=None, check=None):
+        from mpi4py import MPI
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
         self.timeout = resolve_timeout(timeout)
+        self.stall_seconds = resolve_stall_seconds()
         self.debug = debug_enabled() if debug is None else bool(debug)
+        #: Whether collectives all-reduce a fingerprint header first (default mode).
+        self.check = (check_enabled() if check is None else bool(check)) and not self.debug \
+            and self.size > 1
+        self.host = MPI.Get_processor_name()
         #: Number of guarded calls entered so far (point-to-point and collective).
         self.seq = 0
         #: Number of collective calls entered so far.
         self.collective_seq = 0
-        #: ``(name, seq, sig, start, info)`` of the call in progress, or None.
+        #: ``(name, seq, sig, start, info, collective number or 0)`` of the call in progress, or None.
         self.current = None
         #: The last call that completed (same layout as ``current``), or None.
         self.last = None
+        self._mpi_comm = mpi_comm
         self._name = None
         self._sig = ()
+        self._key = None
         self._info = None
         self._collective = True
         self._in_check = False
         self._desynced = False
         self._debug_comm = None
+        # array.array: item access costs a fraction of NumPy's on this per-call path.
+        self._header = array.array('q', [0, 0])
+        self._max = MPI.MAX
+        self._in_place = MPI.IN_PLACE
+        self._side = None
+        self._side_why = ''
+        self._last_serve = 0.0
+        self._stall_reported = None
         if self.debug:
             self._debug_comm = mpi_comm.Dup()
-            from mpi4py import MPI
             if MPI.Comm.Compare(mpi_comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT):
                 _register_exit_check(self)
-        if self.timeout > 0:
+        if self.stall_seconds > 0 and self.size > 1:
+            ok, self._side_why = _stall.side_channel_available()
+            if ok:
+                self._side = _stall.SideChannel(mpi_comm)
+        if self.timeout > 0 or self._side is not None:
             _ensure_watchdog(self)
 
-    def __call__(self, name, sig=(), collective=True, **info):
+    def close(self):
+        """Stop the stall inspector's side channel of this guard (call before freeing the communicator)."""
+        side, self._side = self._side, None
+        if side is None:
+            return
+        lock = _watchdog.mpi_lock if _watchdog is not None else threading.Lock()
+        with lock:
+            try:
+                from mpi4py import MPI
+                if not MPI.Is_finalized():
+                    side.comm.Free()
+            except Exception:
+                pass
+
+    def __call__(self, name, sig=(), collective=True, key=None, **info):
         self._name = name
         self._sig = sig
+        self._key = key
         self._info = info
         self._collective = collective
         return self
 
     def __enter__(self):
         self.seq += 1
-        collective = self._collective
-        if collective:
+        number = 0
+        if self._collective:
             self.collective_seq += 1
-        cur = self.current = (self._name, self.seq, self._sig, time.monotonic(), self._info)
-        if collective and self._debug_comm is not None:
+            number = self.collective_seq
+        cur = self.current = (self._name, self.seq, self._sig, time.monotonic(), self._info, number)
+        if number and (self.check or self._debug_comm is not None):
             self._in_check = True
             try:
-                self._check_agreement(cur)
+                if self.check:
+                    self._check_header(cur)
+                else:
+                    self._check_agreement(cur)
             except BaseException:
                 self.current = None
                 raise
@@ -207,51 +339,135 @@ class CallGuard:
         self.current = None
         return False
 
+    # -- default mode: one small all-reduce ------------------------------------------------
+    def _check_header(self, cur):
+        """All-reduce [fp, -fp] with MAX; on disagreement gather the signatures and raise."""
+        key = self._key
+        if key is None:
+            key = _stable_key(_comparable(_resolve(cur[2])))
+        fp = hash((stable_code(cur[0]), key)) & _FP_MASK
+        h = self._header
+        h[0] = fp
+        h[1] = -fp
+        self._mpi_comm.Allreduce(self._in_place, h, self._max)
+        if h[0] == fp and h[1] == -fp:
+            return
+        self._raise_disagreement(cur, self._mpi_comm, 'the next collective call')
+
+    # -- debug mode: gather every signature -------------------------------------------------
     def _check_agreement(self, cur):
         """Raise CommunicationError on every rank unless all ranks make the same call."""
-        name, _, sig, _, _ = cur
-        mine = (name, tuple(_resolve(sig)), self.collective_seq)
-        everyone = self._debug_comm.allgather(mine)
-        if all(e[:2] == everyone[0][:2] for e in everyone):
+        everyone = self._gather_calls(cur, self._debug_comm)
+        first = (everyone[0][0], _comparable(everyone[0][1]))
+        if all((e[0], _comparable(e[1])) == first for e in everyone):
             return
         # Every rank sees the same mismatch: the ranks are out of step on this communicator,
         # so the check at program exit must not wait for a partner.
         self._desynced = True
-        lines = []
-        for r, (n, s, c) in enumerate(everyone):
-            what = 'exiting (its program finished or failed)' if n == EXIT_CALL else \
-                'collective call #{}: {}'.format(c, _fmt_call(n, s))
-            lines.append('  rank {}: {}{}'.format(r, what, '   <- this rank' if r == self.rank else ''))
-        raise CommunicationError(
-            'rank {}: ranks disagree on the next collective call (CHAINERMN_DEBUG=1):\n{}\n{}'
-            'Every rank must make the same collective calls in the same order with the same '
-            'shapes and dtypes (e.g. a parameter without a gradient on one rank, or one rank '
-            'running an extra iteration).'.format(
-                self.rank, '\n'.join(lines), _first_difference(everyone)))
+        self._raise_from(everyone, 'the next collective call (CHAINERMN_DEBUG=1)')
 
+    def _gather_calls(self, cur, comm):
+        name, sig = cur[0], cur[2]
+        return comm.allgather((name, tuple(_resolve(sig)), self.collective_seq, self.host))
+
+    def _raise_disagreement(self, cur, comm, what):
+        self._raise_from(self._gather_calls(cur, comm), what)
+
+    def _raise_from(self, everyone, what):
+        lines = []
+        for r, (n, s, c, host) in enumerate(everyone):
+            call = 'exiting (its program finished or failed)' if n == EXIT_CALL else \
+                'collective call #{}: {}'.format(c, _fmt_call(n, s))
+            lines.append('  rank {}: {} on host {}{}'.format(
+                r, call, host, '   <- this rank' if r == self.rank else ''))
+        raise CommunicationError(
+            'rank {}: ranks disagree on {}:\n{}\n{}'
+            'Every rank must make the same collective calls in the same order with the same '
+            'shapes, dtypes, parameters and roots (e.g. a model built differently on one rank, a '
+            'parameter without a gradient on one rank, or one rank running an extra iteration).'.format(
+                self.rank, what, '\n'.join(lines), _first_difference(everyone)))
+
+    # -- reports ------------------------------------------------------------------------
     def describe(self, cur):
         """Return a one-line description of the call ``cur``: name, sequence number, sig and info."""
-        name, seq, sig, _, info = cur
+        name, seq, sig, _, info = cur[:5]
         details = 'call #{} {}'.format(seq, _fmt_call(name, _resolve(sig)))
         if info:
             details += ' [' + ', '.join('{}={}'.format(k, _short(v)) for k, v in sorted(info.items())) + ']'
         return details
+
+    def progress(self):
+        """Return what this rank is doing, for another rank's stall report (watchdog thread)."""
+        cur = self.current
+        return {'host': self.host, 'collectives': self.collective_seq,
+                'call': None if cur is None else self.describe(cur),
+                'number': 0 if cur is None else cur[5]}
+
+    def tick(self, now, watchdog):
+        """Do this guard's watchdog work; return the seconds until it needs the thread again."""
+        wait = _SERVE_PERIOD
+        side = self._side
+        if side is not None and (now - self._last_serve >= _SERVE_PERIOD or side.asking):
+            with watchdog.mpi_lock:
+                if watchdog.closed or self._side is not side or _mpi_finalized():
+                    self._side = side = None  # program exit, close(), or MPI_Finalize called
+                else:
+                    side.serve(self.progress)
+                    self._last_serve = now
+        cur = self.current
+        if cur is None:
+            if side is not None and side.asking:
+                side.cancel()
+            return wait if self.timeout <= 0 else min(wait, self.timeout / 4.0)
+        elapsed = now - cur[3]
+        if self.timeout > 0:
+            if elapsed >= self.timeout:
+                self.fire(cur, elapsed)
+            wait = min(wait, self.timeout - elapsed, self.timeout / 4.0)
+        if self.stall_seconds > 0 and self._stall_reported is not cur:
+            if elapsed < self.stall_seconds:
+                return min(wait, self.stall_seconds - elapsed)
+            if side is None:
+                self._report_stall(cur, elapsed, None)
+            elif not side.asking:
+                with watchdog.mpi_lock:
+                    if watchdog.closed or self._side is not side:
+                        return wait
+                    side.ask()
+                return 0.1
+            else:
+                answers = side.answers_ready()
+                if answers is None:
+                    return 0.1
+                self._report_stall(cur, elapsed, answers)
+        return wait
+
+    def _report_stall(self, cur, elapsed, answers):
+        self._stall_reported = cur
+        why = self._side_why or 'the stall inspector\'s side channel is closed'
+        try:
+            sys.stderr.write('\n' + _stall.format_stall_report(
+                self.rank, self.size, self.host, self.describe(cur), elapsed, cur[5], answers,
+                self.timeout, STALL_ENV, TIMEOUT_ENV, why))
+            sys.stderr.flush()
+        except Exception:
+            pass
 
     def fire(self, cur, elapsed):
         """Report the stuck call with every thread's stack and abort the whole job."""
         try:
             last = 'none' if self.last is None else self.describe(self.last)
             checking = ''
-            if self._in_check and cur[0] != EXIT_CALL:
-                checking = ' (in the CHAINERMN_DEBUG agreement check before it)'
+            if self._in_check and self._debug_comm is not None and cur[0] != EXIT_CALL:
+                checking = ' (in the agreement check before it)'
             sys.stderr.write(
                 '\n*** chainermn watchdog: rank {} of {}: {}{} has been blocked for {:.1f} s '
-                '(timeout {:g} s, set by ${} or create_communicator(timeout=...)).\n'
+                '(timeout {:g} s, set by ${} or create_communicator(timeout=...)) on host {}.\n'
                 '*** last completed call on this rank: {}\n'
                 '*** Another rank probably died, skipped this call or is making a different one. '
                 'Stacks of all threads follow; aborting the job with MPI_Abort({}).\n'.format(
                     self.rank, self.size, self.describe(cur), checking, elapsed, self.timeout,
-                    TIMEOUT_ENV, last, WATCHDOG_EXIT_STATUS))
+                    TIMEOUT_ENV, self.host, last, WATCHDOG_EXIT_STATUS))
             sys.stderr.flush()
             faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
             sys.stderr.flush()
@@ -266,6 +482,21 @@ class CallGuard:
                 MPI.COMM_WORLD.Abort(WATCHDOG_EXIT_STATUS)
             finally:
                 os._exit(WATCHDOG_EXIT_STATUS)
+
+
+def _comparable(sig):
+    """Return ``sig`` as the ranks compare it: all 'invalid input' signatures are alike.
+
+    When every rank's input is invalid, each raises its own error after the check.
+    """
+    if sig and sig[0][0] == INVALID_INPUT:
+        return ((INVALID_INPUT, ''),)
+    return sig
+
+
+def _mpi_finalized():
+    from mpi4py import MPI
+    return MPI.Is_finalized()
 
 
 def _short(value):
@@ -283,13 +514,33 @@ def _resolve(sig):
 def _fmt_call(name, sig):
     if not sig:
         return '{}()'.format(name)
-    return '{}({})'.format(name, ', '.join('{}={}'.format(k, _short(v)) for k, v in sig))
+    return '{}({})'.format(name, ', '.join('{}={}'.format(k, _fmt_value(k, v)) for k, v in sig))
+
+
+def _fmt_value(key, value):
+    if key == INVALID_INPUT:
+        return '<see below>'
+    if key == 'params' and isinstance(value, tuple):
+        return '<{} arrays>'.format(len(value))
+    return _short(value)
+
+
+def _fmt_param(entry):
+    """Describe one entry of a ``params`` signature: (name, shape, dtype) or (shape, dtype)."""
+    if len(entry) == 3:
+        return "'{}' with shape {} dtype {}".format(entry[0], entry[1], entry[2])
+    return 'shape {} dtype {}'.format(entry[0], entry[1])
 
 
 def _first_difference(everyone):
     """Return a line naming the first sig entry on which two ranks differ, or ''."""
-    ref_rank, (ref_name, ref_sig, _) = 0, everyone[0]
-    for r, (name, sig, _) in enumerate(everyone):
+    bad = [(r, dict(e[1])[INVALID_INPUT]) for r, e in enumerate(everyone)
+           if INVALID_INPUT in dict(e[1])]
+    if bad:
+        return 'Invalid input on {}.\n'.format('; '.join('rank {}: {}'.format(r, m) for r, m in bad))
+    ref_rank, (ref_name, ref_sig) = 0, everyone[0][:2]
+    for r, entry in enumerate(everyone):
+        name, sig = entry[:2]
         if name != ref_name:
             continue
         a, b = dict(ref_sig), dict(sig)
@@ -298,13 +549,18 @@ def _first_difference(everyone):
             if va == vb:
                 continue
             if isinstance(va, tuple) and isinstance(vb, tuple) and key == 'params':
-                if len(va) != len(vb):
-                    return ('First difference: {} has {} arrays on rank {} but {} on rank {} '
-                            '(does a parameter have no gradient on one rank? use zero_fill=True).\n'.format(
-                                key, len(va), ref_rank, len(vb), r))
-                i = next(i for i, (x, y) in enumerate(zip(va, vb)) if x != y)
-                return 'First difference: {}[{}] is {} on rank {} but {} on rank {}.\n'.format(
-                    key, i, va[i], ref_rank, vb[i], r)
+                return _params_difference(va, vb, ref_rank, r)
             return 'First difference: {} is {} on rank {} but {} on rank {}.\n'.format(
                 key, _short(va), ref_rank, _short(vb), r)
     return ''
+
+
+def _params_difference(va, vb, ra, rb):
+    for i, (x, y) in enumerate(zip(va, vb)):
+        if x != y:
+            return 'First difference: parameter {} is {} on rank {} but {} on rank {}.\n'.format(
+                i, _fmt_param(x), ra, _fmt_param(y), rb)
+    longer, rl, n = (va, ra, len(vb)) if len(va) > len(vb) else (vb, rb, len(va))
+    return ('First difference: params has {} arrays on rank {} but {} on rank {}; rank {} also has '
+            'parameter {} (does a parameter have no gradient on one rank? use zero_fill=True).\n'.format(
+                len(va), ra, len(vb), rb, rl, _fmt_param(longer[n])))

@@ -12,10 +12,10 @@ from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 from chainermn_comm._errors import CommunicationError
-from chainermn_comm._guard import CallGuard
+from chainermn_comm._guard import INVALID_INPUT, CallGuard, stable_code
 from chainermn_comm.communicator_base import CommunicatorBase
 
-__all__ = ['MpiCommunicatorBase', 'ArrayMessage']
+__all__ = ['MpiCommunicatorBase', 'ArrayMessage', 'op_name']
 
 #: Largest piece of a point-to-point or broadcast message (portable to MPI-3 libraries).
 _MAX_PIECE = 1 << 30
@@ -167,6 +167,21 @@ class MpiCommunicatorBase(CommunicatorBase):
             raise ValueError('rank {}: tag {} exceeds MPI_TAG_UB={}'.format(self._rank, tag, ub))
         return int(tag)
 
+    def _root_arg(self, root):
+        """Return (root as an int, None), or (None, the error) when ``root`` is not a valid rank."""
+        try:
+            return self._check_rank(root, 'root'), None
+        except (TypeError, ValueError) as e:
+            return None, e
+
+    def _bcast_args(self, root, max_buf_len):
+        """Return (root, None) for valid ``bcast`` arguments, else (root or None, the error)."""
+        root, problem = self._root_arg(root)
+        if problem is None and max_buf_len is not None and int(max_buf_len) <= 0:
+            problem = ValueError('rank {}: max_buf_len must be positive; got {}'.format(
+                self._rank, max_buf_len))
+        return root, problem
+
     def _host_array(self, x, what):
         """Return ``x`` as a contiguous host array or raise TypeError naming ``what``."""
         if _arrays.is_array(x):
@@ -260,10 +275,9 @@ class MpiCommunicatorBase(CommunicatorBase):
 
     # -- collectives on arrays ------------------------------------------------
     def bcast(self, data, max_buf_len=None, root=0):
-        root = self._check_rank(root, 'root')
-        if max_buf_len is not None and int(max_buf_len) <= 0:
-            raise ValueError('rank {}: max_buf_len must be positive; got {}'.format(self._rank, max_buf_len))
-        with self._guard('bcast', (('root', root),)):
+        root, problem = self._bcast_args(root, max_buf_len)
+        with self._guard('bcast', _sig_or_problem((('root', root),), problem)):
+            _raise_problem(problem)
             if self._rank == root:
                 try:
                     host = self._host_array(data, 'bcast')
@@ -285,8 +299,9 @@ class MpiCommunicatorBase(CommunicatorBase):
         return _arrays.to_device_if(out, on_device)
 
     def gather(self, data, root=0):
-        root = self._check_rank(root, 'root')
-        with self._guard('gather', (('root', root),)):
+        root, problem = self._root_arg(root)
+        with self._guard('gather', _sig_or_problem((('root', root),), problem)):
+            _raise_problem(problem)
             host, headers = self._exchange_specs(data, 'gather')
             shapes = {h for h in headers}
             if len(shapes) != 1:
@@ -322,8 +337,9 @@ class MpiCommunicatorBase(CommunicatorBase):
             return tuple(_arrays.like(o, x) for o in _split_into(recv, counts, outs))
 
     def scatter(self, xs, root=0):
-        root = self._check_rank(root, 'root')
-        with self._guard('scatter', (('root', root),)):
+        root, problem = self._root_arg(root)
+        with self._guard('scatter', _sig_or_problem((('root', root),), problem)):
+            _raise_problem(problem)
             header = None
             hosts = None
             if self._rank == root:
@@ -365,11 +381,9 @@ class MpiCommunicatorBase(CommunicatorBase):
                 mine = [_spec(h) for h in hosts]
             except TypeError as e:
                 hosts, mine = None, [_Fail(str(e))] * self._size
+            # headers[r] came from rank r; a rank with invalid input sent a _Fail to every rank.
             headers = self._mpi_comm.alltoall(mine)
-            fails = [h for h in headers if isinstance(h, _Fail)]
-            if isinstance(mine[0], _Fail) and not fails:
-                fails = [mine[0]]
-            _raise_if_failed(fails, self._rank, 'alltoall')
+            _raise_if_failed(headers, self._rank, 'alltoall')
             send_counts = [h.nbytes for h in hosts]
             send = numpy.concatenate([_bytes(h) for h in hosts])
             outs = [_empty(h) for h in headers]
@@ -379,11 +393,17 @@ class MpiCommunicatorBase(CommunicatorBase):
             return tuple(_arrays.like(o, xs[0]) for o in _split_into(recv, recv_counts, outs))
 
     def allreduce(self, data, op='sum'):
-        mpi_op = _dtypes.reduction_op(op)
-        host = self._host_array(data, 'allreduce')
-        _dtypes.check_numeric(host, 'allreduce', self._rank, op=op)
-        sig = (('shape', host.shape), ('dtype', host.dtype.str), ('op', str(op)))
-        with self._guard('allreduce', sig):
+        try:
+            mpi_op = _dtypes.reduction_op(op)
+            host = self._host_array(data, 'allreduce')
+            _dtypes.check_numeric(host, 'allreduce', self._rank, op=op)
+        except (TypeError, ValueError) as e:
+            with self._guard('allreduce', _sig_or_problem((), e)):
+                raise
+        name = op_name(op, mpi_op)
+        sig = (('shape', host.shape), ('dtype', host.dtype.str), ('op', name))
+        key = (host.shape, stable_code(host.dtype), stable_code(name))
+        with self._guard('allreduce', sig, key=key):
             out = numpy.empty_like(host)
             self._allreduce_host(host, out, mpi_op)
         return _arrays.like(out, data)
@@ -401,13 +421,15 @@ class MpiCommunicatorBase(CommunicatorBase):
 
     # -- collectives on objects ---------------------------------------------
     def bcast_obj(self, obj, max_buf_len=None, root=0):
-        root = self._check_rank(root, 'root')
-        with self._guard('bcast_obj', (('root', root),)):
+        root, problem = self._root_arg(root)
+        with self._guard('bcast_obj', _sig_or_problem((('root', root),), problem)):
+            _raise_problem(problem)
             return self._pkl.bcast(obj, root=root)
 
     def gather_obj(self, obj, root=0):
-        root = self._check_rank(root, 'root')
-        with self._guard('gather_obj', (('root', root),)):
+        root, problem = self._root_arg(root)
+        with self._guard('gather_obj', _sig_or_problem((('root', root),), problem)):
+            _raise_problem(problem)
             return self._pkl.gather(obj, root=root)
 
     def allgather_obj(self, obj):
@@ -416,18 +438,21 @@ class MpiCommunicatorBase(CommunicatorBase):
             return self._pkl.allgather(obj)
 
     def allreduce_obj(self, obj, op='sum'):
+        problem = None
         if op not in _OBJ_OPS:
-            raise ValueError('rank {}: unsupported allreduce_obj op {!r}; use one of {}'.format(
+            problem = ValueError('rank {}: unsupported allreduce_obj op {!r}; use one of {}'.format(
                 self._rank, op, ', '.join(sorted(_OBJ_OPS))))
-        with self._guard('allreduce_obj', (('op', op),)):
+        with self._guard('allreduce_obj', _sig_or_problem((('op', op),), problem)):
+            _raise_problem(problem)
             objs = self._pkl.allgather(obj)
         return functools.reduce(_OBJ_OPS[op], objs)
 
     # -- model helpers --------------------------------------------------------
     def bcast_data(self, model):
-        params = [p for _, p in sorted(model.namedparams(), key=lambda kv: kv[0]) if p.array is not None]
-        sig = (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),)
-        with self._guard('bcast_data', sig):
+        named = [(n, p) for n, p in sorted(model.namedparams(), key=lambda kv: kv[0]) if p.array is not None]
+        params = [p for _, p in named]
+        sig = (('params', tuple((n, p.array.shape, p.array.dtype.str) for n, p in named)),)
+        with self._guard('bcast_data', sig, key=_grad.params_key(params, 'array')):
             self._bcast_params(params)
 
     def _bcast_params(self, params):
@@ -443,9 +468,9 @@ class MpiCommunicatorBase(CommunicatorBase):
         params = _grad.collect_params(model, zero_fill)
 
         def sig():
-            return (('params', tuple((p.grad.shape, p.grad.dtype.str) for p in params)),)
+            return (('params', _grad.params_signature(model, params, 'grad')),)
 
-        with self._guard('allreduce_grad', sig):
+        with self._guard('allreduce_grad', sig, key=_grad.params_key(params, 'grad')):
             self._mean_grads(params)
 
     def multi_node_mean_grad(self, model, zero_fill=True):
@@ -494,6 +519,33 @@ class MpiCommunicatorBase(CommunicatorBase):
         """Free shared memory, sub-communicators and buffers (collective); subclasses extend it."""
         reducer, self._reducer = self._reducer, None
         reducer.free()
+
+
+def _sig_or_problem(sig, problem):
+    """Return ``sig``, or the signature of a call whose arguments are invalid on this rank.
+
+    A rank with invalid arguments still takes part in the agreement check, so that every rank
+    raises rather than the others waiting for it.
+    """
+    if problem is None:
+        return sig
+    return ((INVALID_INPUT, '{}: {}'.format(type(problem).__name__, problem)),)
+
+
+def _raise_problem(problem):
+    if problem is not None:
+        raise problem
+
+
+def op_name(op, mpi_op):
+    """Return a name for the reduction ``op`` that is the same in every process."""
+    if isinstance(op, str):
+        return op.lower()
+    from mpi4py import MPI
+    for name in ('SUM', 'MAX', 'MIN', 'PROD', 'LAND', 'LOR', 'BAND', 'BOR', 'LXOR', 'BXOR'):
+        if mpi_op == getattr(MPI, name):
+            return name.lower()
+    return 'user-defined MPI.Op'
 
 
 def _split_into(recv, counts, outs):

@@ -6,7 +6,7 @@ from chainermn_train._optimizer import MultiNodeOptimizer, create_multi_node_opt
 from chainermn_train.extensions import (AllreducePersistent, create_multi_node_checkpoint,
                                         create_multi_node_checkpointer)
 
-__version__ = '0.1.0'
+__version__ = '2.0.0'
 
 __all__ = ['create_multi_node_optimizer', 'create_multi_node_evaluator', 'MultiNodeOptimizer',
            'AllreducePersistent', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',

@@ -4,7 +4,9 @@ import numpy
 
 from chainermn_comm import _arrays
 from chainermn_comm import _dtypes
-from chainermn_comm._mpi_base import ArrayMessage, MpiCommunicatorBase, _Fail, _raise_if_failed
+from chainermn_comm._guard import stable_code
+from chainermn_comm._mpi_base import (ArrayMessage, MpiCommunicatorBase, _Fail, _raise_if_failed,
+                                      _raise_problem, _sig_or_problem, op_name)
 from chainermn_comm.gpu import _cuda_aware
 from chainermn_comm.gpu import _kernels
 from chainermn_comm.gpu import _layout
@@ -164,11 +166,11 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
             return super().allreduce(data, op)
         import cupy
         self._check_device(data, 'allreduce')
-        _dtypes.reduction_op(op)
+        name = op_name(op, _dtypes.reduction_op(op))
         _dtypes.check_numeric(data, 'allreduce', self.rank)
         out = cupy.array(data, order='C', copy=True)
-        sig = (('shape', out.shape), ('dtype', out.dtype.str), ('op', str(op)))
-        with self._guard('allreduce', sig):
+        sig = (('shape', out.shape), ('dtype', out.dtype.str), ('op', name))
+        with self._guard('allreduce', sig, key=(out.shape, stable_code(out.dtype), stable_code(name))):
             done = self._device_allreduce(out.reshape(-1), op)
         if done:
             return out
@@ -176,10 +178,9 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
 
     def bcast(self, data, max_buf_len=None, root=0):
         import cupy
-        root = self._check_rank(root, 'root')
-        if max_buf_len is not None and int(max_buf_len) <= 0:
-            raise ValueError('rank {}: max_buf_len must be positive; got {}'.format(self.rank, max_buf_len))
-        with self._guard('bcast', (('root', root),)):
+        root, problem = self._bcast_args(root, max_buf_len)
+        with self._guard('bcast', _sig_or_problem((('root', root),), problem)):
+            _raise_problem(problem)
             arr = None
             if self.rank == root:
                 try:

@@ -64,7 +64,8 @@ class MultiNodeIterator(chainer.dataset.Iterator):
         """Share the master's ``payload`` with every rank after checking all ranks run ``op``."""
         self._seq += 1
         mine = (op, self._seq, payload if self.is_master else None)
-        with guarded(self._communicator, 'multi_node_iterator.' + op):
+        # One guard name for next/reset/serialize: the exchange below names a mismatch between them.
+        with guarded(self._communicator, 'multi_node_iterator'):
             everyone = self._pkl.allgather(mine)
         _require_same_calls(
             everyone, self.rank, 'on the multi-node iterator call', '{} (call #{})',

@@ -9,6 +9,7 @@ bcast <-> sum to root, gather <-> scatter, alltoall <-> alltoall, allgather <-> 
 import chainer
 import numpy
 from chainer import function_node
+from chainermn_comm._guard import fail_together
 
 from chainermn_links.functions import _util
 
@@ -29,10 +30,15 @@ def _output_module(on_gpu):
     return numpy
 
 
+def _fail(comm, what, error):
+    """Raise ``error`` here, and on the ranks already inside the collective of ``functions.<what>``."""
+    fail_together(comm, 'functions.' + what, error)
+
+
 def _check_root(comm, root, what):
     if isinstance(root, bool) or not isinstance(root, (int, numpy.integer)) or not 0 <= root < comm.size:
-        raise ValueError('rank {}: functions.{} root must be an int in 0..{}; got {!r}'.format(
-            comm.rank, what, comm.size - 1, root))
+        _fail(comm, what, ValueError('rank {}: functions.{} root must be an int in 0..{}; got {!r}'.format(
+            comm.rank, what, comm.size - 1, root)))
     return int(root)
 
 
@@ -200,7 +206,8 @@ def bcast(comm, x, root=0):
     inputs = (_util.dummy_variable(),)
     if comm.rank == root:
         if x is None:
-            raise TypeError('rank {}: functions.bcast needs a variable on the root; got None'.format(comm.rank))
+            _fail(comm, 'bcast', TypeError(
+                'rank {}: functions.bcast needs a variable on the root; got None'.format(comm.rank)))
         inputs += _util.as_variable_tuple(x, 'functions.bcast')[:1]
     y, = Bcast(comm, root).apply(inputs)
     return y
@@ -217,7 +224,8 @@ def gather(comm, x, root=0):
     root = _check_root(comm, root, 'gather')
     xv = _util.as_variable_tuple(x, 'functions.gather')
     if len(xv) != 1:
-        raise TypeError('rank {}: functions.gather takes one variable per rank; got {}'.format(comm.rank, len(xv)))
+        _fail(comm, 'gather', TypeError(
+            'rank {}: functions.gather takes one variable per rank; got {}'.format(comm.rank, len(xv))))
     ys = Gather(comm, root).apply((_util.dummy_variable(),) + xv)
     if comm.rank == root:
         return tuple(ys)
@@ -234,9 +242,9 @@ def scatter(comm, xs, root=0):
     inputs = (_util.dummy_variable(),)
     if comm.rank == root:
         if not isinstance(xs, (tuple, list)) or len(xs) != comm.size:
-            raise ValueError('rank {}: functions.scatter needs a tuple/list of {} variables on the root; '
-                             'got {}'.format(comm.rank, comm.size,
-                                             len(xs) if isinstance(xs, (tuple, list)) else type(xs).__name__))
+            _fail(comm, 'scatter', ValueError(
+                'rank {}: functions.scatter needs a tuple/list of {} variables on the root; got {}'.format(
+                    comm.rank, comm.size, len(xs) if isinstance(xs, (tuple, list)) else type(xs).__name__)))
         inputs += _util.as_variable_tuple(xs, 'functions.scatter')
     y, = Scatter(comm, root).apply(inputs)
     return y
@@ -245,9 +253,9 @@ def scatter(comm, xs, root=0):
 def alltoall(comm, xs):
     """Send ``xs[i]`` to rank ``i``; return what every rank sent here; backward exchanges gradients."""
     if not isinstance(xs, (tuple, list)) or len(xs) != comm.size:
-        raise ValueError('rank {}: functions.alltoall needs a tuple/list of {} variables (one per rank); '
-                         'got {}'.format(comm.rank, comm.size,
-                                         len(xs) if isinstance(xs, (tuple, list)) else type(xs).__name__))
+        _fail(comm, 'alltoall', ValueError(
+            'rank {}: functions.alltoall needs a tuple/list of {} variables (one per rank); got {}'.format(
+                comm.rank, comm.size, len(xs) if isinstance(xs, (tuple, list)) else type(xs).__name__)))
     xv = _util.as_variable_tuple(xs, 'functions.alltoall')
     return tuple(AllToAll(comm).apply((_util.dummy_variable(),) + xv))
 
@@ -256,6 +264,6 @@ def allgather(comm, x):
     """Return a tuple with ``x`` of every rank; backward sums each rank's slice gradients."""
     xv = _util.as_variable_tuple(x, 'functions.allgather')
     if len(xv) != 1:
-        raise TypeError('rank {}: functions.allgather takes one variable per rank; got {}'.format(
-            comm.rank, len(xv)))
+        _fail(comm, 'allgather', TypeError(
+            'rank {}: functions.allgather takes one variable per rank; got {}'.format(comm.rank, len(xv))))
     return tuple(AllGather(comm).apply((_util.dummy_variable(),) + xv))

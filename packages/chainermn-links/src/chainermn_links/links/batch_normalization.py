@@ -4,6 +4,8 @@ import chainer
 import chainer.functions as F
 import numpy
 from chainer import function_node, initializers, variable
+from chainermn_comm import CommunicationError
+from chainermn_comm._guard import fail_together
 
 from chainermn_links._share_comm import deepcopy_sharing_comm
 
@@ -40,14 +42,20 @@ def select_backend(comm, communication_backend):
     return communication_backend
 
 
-def _allreduce(comm, backend, a):
+def _allreduce(comm, backend, a, gamma):
     """Sum ``a`` over all ranks: on the device for 'nccl', through host memory for 'mpi'."""
-    if backend == 'nccl':
-        return comm.allreduce(a)
-    xp = chainer.backend.get_array_module(a)
-    host = chainer.backends.cuda.to_cpu(a) if xp is not numpy else a
-    out = comm.allreduce(numpy.ascontiguousarray(host))
-    return xp.asarray(out) if xp is not numpy else out
+    try:
+        if backend == 'nccl':
+            return comm.allreduce(a)
+        xp = chainer.backend.get_array_module(a)
+        host = chainer.backends.cuda.to_cpu(a) if xp is not numpy else a
+        out = comm.allreduce(numpy.ascontiguousarray(host))
+        return xp.asarray(out) if xp is not numpy else out
+    except CommunicationError as e:
+        raise CommunicationError(
+            'rank {}: MultiNodeBatchNormalization with {} channels (dtype {}): the ranks\' '
+            'batch normalizations differ (a different size or dtype on some rank?):\n{}'.format(
+                comm.rank, gamma.shape, a.dtype, e)) from e
 
 
 class MultiNodeBNFunction(function_node.FunctionNode):
@@ -69,14 +77,15 @@ class MultiNodeBNFunction(function_node.FunctionNode):
         local_count = x.size // max(gamma.size, 1)
         packed = xp.concatenate([xc.sum(axis=self.axes).ravel(),
                                  xp.asarray([local_count], dtype=cdtype)])
-        packed = _allreduce(self.comm, self.backend, packed)
+        packed = _allreduce(self.comm, self.backend, packed, gamma)
         count = packed[-1].item()
         if count <= 0:
             raise ValueError('rank {}: MultiNodeBatchNormalization got an empty global batch'.format(
                 self.comm.rank))
         mean = (packed[:-1] / count).reshape(gamma.shape)
         centered = xc - mean.reshape(self.bshape)
-        var = _allreduce(self.comm, self.backend, (centered * centered).sum(axis=self.axes)) / count
+        var = _allreduce(self.comm, self.backend, (centered * centered).sum(axis=self.axes),
+                         gamma) / count
         var = var.reshape(gamma.shape)
         inv_std = 1.0 / xp.sqrt(var + self.eps)
         x_hat = centered * inv_std.reshape(self.bshape)
@@ -97,7 +106,8 @@ class MultiNodeBNFunction(function_node.FunctionNode):
         gbeta = gyc.sum(axis=self.axes)
         ggamma = (gyc * self.x_hat).sum(axis=self.axes)
         n = gbeta.size
-        sums = _allreduce(self.comm, self.backend, xp.concatenate([gbeta.ravel(), ggamma.ravel()]))
+        sums = _allreduce(self.comm, self.backend, xp.concatenate([gbeta.ravel(), ggamma.ravel()]),
+                         self.gamma)
         mean_gbeta = (sums[:n] / self.count).reshape(self.bshape)
         mean_ggamma = (sums[n:] / self.count).reshape(self.bshape)
         scale = (self.gamma.astype(gyc.dtype) * self.inv_std).reshape(self.bshape)
@@ -178,9 +188,12 @@ class MultiNodeBatchNormalization(chainer.Link):
         beta = self.beta if self.use_beta else self._constant(0)
         xshape = x.shape
         if tuple(xshape[1:1 + len(self.size)]) != self.size:
-            raise ValueError('rank {}: MultiNodeBatchNormalization of size {} got input of shape {}; '
-                             'axes 1..{} must equal size'.format(
-                                 self.comm.rank, self.size, xshape, len(self.size)))
+            error = ValueError('rank {}: MultiNodeBatchNormalization of size {} got input of shape {}; '
+                               'axes 1..{} must equal size'.format(
+                                   self.comm.rank, self.size, xshape, len(self.size)))
+            if chainer.config.train:  # the other ranks are in the statistics' all-reduce
+                fail_together(self.comm, 'allreduce', error)
+            raise error
         if not chainer.config.train:
             return F.fixed_batch_normalization(x, gamma, beta, self.avg_mean, self.avg_var, self.eps)
         if finetune:

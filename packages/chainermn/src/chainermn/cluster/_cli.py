@@ -18,6 +18,7 @@ UNAVAILABLE_EXIT_STATUS = 2
 _EPILOG = '''examples:
   python -m chainermn cluster --nodes 2 --ranks-per-node 1 -- python examples/mnist/train_mnist.py
   python -m chainermn cluster --nodes 2 --ranks-per-node 2 --link-gbit 1 -- python -m chainermn doctor
+  python -m chainermn cluster --slurm --nodes 2 --ranks-per-node 2 -- python train.py   # via srun
 
 Each node gets hostname nodeI, its own network (a veth to a bridge, 198.18.0.0/15), /dev/shm,
 IPC, PID namespace and a node-local scratch directory ($CHAINERMN_NODE_LOCAL).  Needs root.
@@ -46,6 +47,9 @@ def _parser():
     p.add_argument('--grace', type=float, default=30.0,
                    help='seconds the job gets to exit after SIGTERM/Ctrl-C before it is killed (default 30; '
                         'a second signal kills it at once)')
+    p.add_argument('--slurm', action='store_true',
+                   help='also run Slurm on the nodes (slurmctld on the head, slurmd per node; needs '
+                        'slurm-wlm and munge) and start the job with `srun --mpi=pmi2` instead of mpiexec')
     elastic = p.add_argument_group('elastic job (with --min-nodes; see `python -m chainermn launch`)')
     elastic.add_argument('--min-nodes', type=int, default=None,
                          help='restart the job on the nodes that still answer while at least M do')
@@ -74,13 +78,16 @@ def _wait(proc, timeout):
         return None
 
 
-def _forward(cluster, proc, signum, grace):
+def _forward(cluster, proc, signum, grace, slurm=None):
     """Pass a stop signal on to the job's ranks (as a batch system would), give it ``grace`` s; return status."""
     sig = signal.SIGTERM if signum == signal.SIGHUP else signum
     sys.stderr.write('chainermn cluster: got {}; sending {} to every rank, waiting up to {:.0f} s\n'.format(
         signal.Signals(signum).name, signal.Signals(sig).name, grace))
-    for node in cluster.nodes:
-        cluster.kill(node, sig, ranks_only=True)
+    if slurm is not None:
+        slurm.signal_jobs(sig)
+    else:
+        for node in cluster.nodes:
+            cluster.kill(node, sig, ranks_only=True)
     status = _wait(proc, grace)
     if status is None:
         sys.stderr.write('chainermn cluster: the job did not exit within {:.0f} s; killing it\n'.format(grace))
@@ -97,16 +104,25 @@ def run(args):
         sys.stderr.write('chainermn cluster: give the command to run after --, e.g. '
                          '`-- python train.py`\n')
         return UNAVAILABLE_EXIT_STATUS
+    if args.min_nodes is not None and args.slurm:
+        sys.stderr.write('chainermn cluster: --min-nodes (elastic job, on mpiexec) does not work with --slurm yet\n')
+        return UNAVAILABLE_EXIT_STATUS
     _stop_on_signals()
     cluster = Cluster(nodes=args.nodes, link_gbit=args.link_gbit, delay_ms=args.delay_ms,
                       loss_pct=args.loss_pct)
     proc = None
     status = None
+    slurm = None
     try:
         try:
-            mpiexec = find_mpiexec()
-            require_hydra(mpiexec)
+            if not args.slurm:
+                mpiexec = find_mpiexec()
+                require_hydra(mpiexec)
             cluster.start()
+            if args.slurm:
+                from chainermn.slurm import SlurmOnCluster
+                slurm = SlurmOnCluster(cluster)
+                slurm.start()
         except (ClusterUnavailable, RuntimeError) as e:
             sys.stderr.write('chainermn cluster: {}\n'.format(e))
             return UNAVAILABLE_EXIT_STATUS
@@ -115,12 +131,17 @@ def run(args):
             args.ranks_per_node, cluster.subnet,
             '' if args.link_gbit is None else ', links {:g} Gbit/s'.format(args.link_gbit),
             cluster.node_local))
+        if slurm is not None:
+            sys.stderr.write('chainermn cluster: Slurm up in {:.2f} s (slurmctld on head={}); srun --mpi=pmi2\n'
+                             .format(slurm.daemons.timings['total'], cluster.head_address))
+            cmd, env = slurm.srun_command(command, args.ranks_per_node), slurm.env()
+        else:
+            cmd, env = cluster.mpiexec_command(command, args.ranks_per_node, mpiexec=mpiexec), cluster.env()
         sys.stderr.flush()
         if args.min_nodes is not None:
             from chainermn.launch import run_on_cluster
             return run_on_cluster(cluster, args, command, mpiexec)
-        cmd = cluster.mpiexec_command(command, args.ranks_per_node, mpiexec=mpiexec)
-        proc = subprocess.Popen(cmd, env=cluster.env(), start_new_session=True)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         try:
             status = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
@@ -129,7 +150,7 @@ def run(args):
             status = 124
         except _Stop as stop:
             try:
-                status = _forward(cluster, proc, stop.signum, args.grace)
+                status = _forward(cluster, proc, stop.signum, args.grace, slurm)
             except _Stop:
                 sys.stderr.write('chainermn cluster: second signal; killing the job now\n')
                 status = None
@@ -144,6 +165,8 @@ def run(args):
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if slurm is not None:
+            slurm.stop()
         cluster.close()
         if proc is not None:
             proc.wait()

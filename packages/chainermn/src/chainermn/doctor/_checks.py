@@ -5,7 +5,7 @@ import time
 
 import numpy
 
-from chainermn.doctor import _facts, _gpu, _launch, _mpi
+from chainermn.doctor import _facts, _gpu, _launch, _mpi, _slurm
 from chainermn.doctor._report import FAIL, INFO, OK, SKIP, WARN, Row
 
 __all__ = ['run_all']
@@ -57,6 +57,7 @@ def _package_rows(facts):
                         chainermn.__file__),
                     'reinstall the meta-package: `pip install --force-reinstall --no-deps '
                     'packages/chainermn`'))
+    rows.append(_compat_row())
     pythons = sorted({(f['python'], f['python_version']) for f in facts})
     if len({v for _, v in pythons}) > 1:
         rows.append(Row('python', FAIL, 'ranks run different Python versions: {}'.format(pythons),
@@ -67,6 +68,27 @@ def _package_rows(facts):
     else:
         rows.append(Row('python', OK, '{} {}'.format(pythons[0][1], pythons[0][0])))
     return rows
+
+
+def _compat_row():
+    """Say whether the Chainer compat hook (NumPy 2, Python 3.12, setuptools 81) is active and why."""
+    try:
+        import _chainermn_compat as compat
+    except ImportError as e:
+        return Row('chainer compat', WARN, 'cannot import _chainermn_compat: {}'.format(e),
+                   'reinstall the meta-package: `pip install --force-reinstall --no-deps '
+                   'packages/chainermn`')
+    active, reasons = compat.status()
+    if not active:
+        return Row('chainer compat', OK, 'inactive: ' + '; '.join(reasons))
+    if compat.installed() is None:
+        return Row('chainer compat', FAIL, 'needed ({}) but not installed'.format('; '.join(reasons)),
+                   'install chainermn with pip so that site-packages holds chainermn_precedence.pth '
+                   '(a PYTHONPATH checkout runs no .pth file), or call _chainermn_compat.install() '
+                   'before `import chainer`')
+    applied = compat.applied()
+    return Row('chainer compat', OK, 'active: {}{}'.format(
+        '; '.join(reasons), '; applied: ' + ', '.join(applied) if applied else ''))
 
 
 def _gpu_rows(facts, lib, cuda_aware, mpiexec):
@@ -223,6 +245,8 @@ def run_all(MPI, timeout=60.0, cuda_aware=True):
     hosts = _by_host(facts)
     rows.append(Row('ranks / hosts', INFO, '{} rank(s) on {} host(s): {}'.format(
         size, len(hosts), ', '.join('{} [{}]'.format(h, _ranges(r)) for h, r in hosts.items()))))
+    if rank == 0:
+        rows += _slurm.slurm_rows(lib, size, hosts)
     layout = comm.allgather_obj((comm.intra_rank, comm.intra_size, comm.inter_rank, comm.inter_size))
     simulated = os.environ.get('CHAINERMN_RANKS_PER_NODE')
     nodes = {}
