@@ -4,6 +4,8 @@
 Run:  mpiexec -n 2 python examples/mnist/train_mnist.py            # CPU, 8x8 digits
       mpiexec -n 4 python examples/mnist/train_mnist.py --gpu      # one GPU per rank
       mpiexec -n 2 python examples/mnist/train_mnist.py --dataset mnist   # cached MNIST files
+      python -m chainermn launch --hosts-file hosts --ranks-per-node 2 --min-nodes 1 -- \
+          python examples/mnist/train_mnist.py --checkpoint /local/disk/ckpt    # elastic, resumable
 
 The default data set is scikit-learn's bundled 8x8 handwritten digits (1,797 images, shipped
 inside the package: no download).  Rank 0 prints ``FINAL validation/main/accuracy=...`` at the end.
@@ -70,6 +72,10 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='ChainerMN example: MNIST-style MLP')
     parser.add_argument('--batchsize', '-b', type=int, default=100,
                         help='number of images in each mini-batch, per rank')
+    parser.add_argument('--checkpoint', default=None,
+                        help='directory of the snapshots (resume from it; $VARS are expanded)')
+    parser.add_argument('--checkpoint-interval', type=int, default=5,
+                        help='iterations between two snapshots (default 5)')
     parser.add_argument('--communicator', type=str, default=None,
                         help='communicator name (default: hierarchical; on CPU it falls back to '
                              'naive with a warning)')
@@ -145,6 +151,13 @@ def main(argv=None):
              'main/accuracy', 'validation/main/accuracy', 'elapsed_time']))
         if not args.no_progress:
             trainer.extend(extensions.ProgressBar())
+
+    if args.checkpoint:
+        # Resume from the newest usable snapshot, on any number of ranks.
+        checkpointer = chainermn.create_multi_node_checkpointer(
+            'mnist', comm, path=os.path.expandvars(args.checkpoint))
+        trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration'))
+        checkpointer.maybe_load(trainer, optimizer)
 
     start = time.time()
     trainer.run()

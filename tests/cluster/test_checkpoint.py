@@ -135,12 +135,14 @@ def test_killed_job_resumes_from_node_local_checkpoints(cluster, reference, tmp_
     assert resumed_at(res) == [('0', '10'), ('1', '10')], report(res)
     assert_same_params(final_params(cluster), reference)
 
-    # node1's scratch wiped: no generation is common, so every rank starts over -- never a partial resume.
+    # node1's scratch wiped: every rank resumes from node0's newest file (issue 20: no silent restart
+    # from zero while a usable generation exists); rank 1's iterator is rebuilt at the same position.
     restore()
     shutil.rmtree(os.path.join(cluster.nodes[1].scratch, 'ckpt'))
     res = train(cluster)
     assert res.returncode == 0, report(res)
-    assert resumed_at(res) == [('0', '0'), ('1', '0')], report(res)
+    assert resumed_at(res) == [('0', '12'), ('1', '12')], report(res)
+    assert 'resharded from' in res.stderr, report(res)
     assert_same_params(final_params(cluster), reference)
 
 

@@ -134,3 +134,33 @@ def test_unknown_opt_in_value_is_an_error(tmp_path, monkeypatch):
         cp.maybe_load({'v': numpy.zeros(1)})
     monkeypatch.setenv('CHAINERMN_ALLOW_PICKLE', '0')
     assert cp.maybe_load({'v': numpy.zeros(1)}) is None
+
+
+class Rank:
+    """Stand-in communicator: one rank of a job of ``size`` ranks (no communication needed here)."""
+
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+    def allgather_obj(self, obj):
+        return [obj] * self.size
+
+
+def test_files_of_another_world_size_stay_until_a_complete_generation_of_this_size_exists(tmp_path):
+    path = str(tmp_path)
+    for r in range(4):   # the job of 4 ranks wrote iterations 10 and 20
+        old = MultiNodeCheckpointer('run', Rank(r, 4), path=path)
+        old.save({'v': numpy.zeros(1)}, iteration=10)
+        old.save({'v': numpy.zeros(1)}, iteration=20)
+    new = [MultiNodeCheckpointer('run', Rank(r, 2), path=path, cp_interval=1, gc_interval=1)
+           for r in range(2)]
+    new[0].save({'v': numpy.ones(1)}, iteration=25)   # rank 1 has not written 25 yet
+    files = set(os.listdir(path))
+    assert {'run.{}.{}'.format(r, it) for r in range(4) for it in (10, 20)} <= files
+    new[1].save({'v': numpy.ones(1)}, iteration=25)   # complete now: rank 1 removes its old files
+    assert sorted(os.listdir(path)) == ['run.0.10', 'run.0.20', 'run.0.25', 'run.1.25', 'run.2.10',
+                                        'run.2.20', 'run.3.10', 'run.3.20']
+    new[0].save({'v': numpy.ones(1)}, iteration=30)   # rank 0 removes its own old files and ranks 2, 3
+    assert sorted(os.listdir(path)) == ['run.0.30', 'run.1.25']
+    meta = _safe_npz.read_meta(os.path.join(path, 'run.0.30'))
+    assert meta['world_size'] == 2 and meta['rank'] == 0 and meta['iteration'] == 30

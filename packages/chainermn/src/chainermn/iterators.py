@@ -1,6 +1,6 @@
 """Multi-node iterators (``chainermn.iterators``), from chainermn-data.
 
-``create_multi_node_iterator`` and ``create_synchronized_iterator``.
+``create_multi_node_iterator``, ``create_synchronized_iterator`` and ``create_elastic_iterator``.
 """
 
 from chainermn_data import iterators as _impl

@@ -15,12 +15,15 @@ import chainer
 import numpy
 from numpy.lib import format as npy_format
 
-__all__ = ['FORMAT_KEY', 'NONE_KEY', 'FORMAT_VERSION', 'PickleRequired', 'to_arrays', 'write', 'read']
+__all__ = ['FORMAT_KEY', 'NONE_KEY', 'META_PREFIX', 'FORMAT_VERSION', 'PickleRequired', 'to_arrays',
+           'write', 'read', 'read_meta', 'split_meta']
 
 #: Reserved key holding the format version (int64 0-d array).
 FORMAT_KEY = '__chainermn_format__'
 #: Reserved key holding the names of the keys whose value is ``None`` (1-d unicode array).
 NONE_KEY = '__chainermn_none__'
+#: Prefix of the reserved keys holding the generation's metadata (plain numeric arrays).
+META_PREFIX = '__chainermn_meta__/'
 FORMAT_VERSION = 1
 _RESERVED = (FORMAT_KEY, NONE_KEY)
 _MAX_KEYS_SHOWN = 8
@@ -43,8 +46,11 @@ def _is_none(arr):
     return arr.dtype.hasobject and arr.shape == () and arr[()] is None
 
 
-def to_arrays(obj):
-    """Serialize ``obj`` (or take a ready dict of values) into a dict of arrays with no object array."""
+def to_arrays(obj, meta=None):
+    """Serialize ``obj`` (or take a ready dict of values) into a dict of arrays with no object array.
+
+    ``meta`` (a dict of numbers) is stored under :data:`META_PREFIX`.
+    """
     if isinstance(obj, dict):
         target = obj
     else:
@@ -54,7 +60,7 @@ def to_arrays(obj):
     out = {}
     nones = []
     for key, value in target.items():
-        if key in _RESERVED:
+        if key in _RESERVED or key.startswith(META_PREFIX):
             raise ValueError('cannot save a snapshot with the reserved key {!r}; rename that '
                              'attribute'.format(key))
         arr = numpy.asanyarray(value)
@@ -68,14 +74,46 @@ def to_arrays(obj):
                                 key, type(value).__name__, arr.shape,
                                 type(arr.flat[0]).__name__ if arr.size else 'nothing'))
         out[key] = arr
+    for key, value in (meta or {}).items():
+        arr = numpy.asarray(value)
+        if arr.dtype.hasobject:
+            raise TypeError('metadata {!r} must be numeric; got {!r}'.format(key, value))
+        out[META_PREFIX + key] = arr
     out[FORMAT_KEY] = numpy.asarray(FORMAT_VERSION, dtype=numpy.int64)
     out[NONE_KEY] = numpy.asarray(sorted(nones), dtype=str) if nones else numpy.zeros(0, dtype='<U1')
     return out
 
 
-def write(f, obj):
-    """Write the snapshot of ``obj`` to the binary file object ``f`` (uncompressed npz)."""
-    numpy.savez(f, **to_arrays(obj))
+def write(f, obj, meta=None):
+    """Write the snapshot of ``obj`` (and ``meta``) to the binary file object ``f`` (uncompressed npz)."""
+    numpy.savez(f, **to_arrays(obj, meta))
+
+
+def split_meta(values):
+    """Remove the metadata keys from ``values`` (in place) and return them as a dict of numbers."""
+    meta = {}
+    for key in [k for k in values if k.startswith(META_PREFIX)]:
+        arr = values.pop(key)
+        meta[key[len(META_PREFIX):]] = arr.item() if arr.shape == () else arr
+    return meta
+
+
+def read_meta(path):
+    """Return the metadata dict of the snapshot at ``path`` ({} for a file written without it).
+
+    Reads only the metadata members; a metadata member that needs pickle raises
+    :class:`PickleRequired`.  Corrupt files raise what ``zipfile``/NumPy raise.
+    """
+    values = {}
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if not info.filename.startswith(META_PREFIX) or not info.filename.endswith('.npy'):
+                continue
+            with zf.open(info) as fp:
+                if _header_dtype(fp).hasobject:
+                    raise PickleRequired(path, [info.filename[:-4]])
+            values[info.filename[:-4]] = _read_member(zf, info, False)
+    return split_meta(values)
 
 
 def _header_dtype(fp):
@@ -97,6 +135,8 @@ def _read_member(zf, info, allow_pickle):
 def read(path, allow_pickle=False):
     """Return ``(values, pickled_keys)`` of the snapshot at ``path``; raise if it cannot be used.
 
+    ``path`` may also be a binary file object.  Metadata keys stay in ``values`` (see
+    :func:`split_meta`).
     ``values`` maps every key to its array (``None`` values as 0-d object arrays, as Chainer's
     deserializer expects).  Object-dtype members raise :class:`PickleRequired` unless
     ``allow_pickle`` (then they are unpickled and listed in ``pickled_keys``).  Truncated or corrupt

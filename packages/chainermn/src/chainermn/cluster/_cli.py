@@ -50,6 +50,11 @@ def _parser():
     p.add_argument('--slurm', action='store_true',
                    help='also run Slurm on the nodes (slurmctld on the head, slurmd per node; needs '
                         'slurm-wlm and munge) and start the job with `srun --mpi=pmi2` instead of mpiexec')
+    elastic = p.add_argument_group('elastic job (with --min-nodes; see `python -m chainermn launch`)')
+    elastic.add_argument('--min-nodes', type=int, default=None,
+                         help='restart the job on the nodes that still answer while at least M do')
+    from chainermn.launch import add_restart_options
+    add_restart_options(elastic, heartbeat=2.0, probe_timeout=3.0)   # nodes on one machine answer fast
     p.add_argument('command', nargs=argparse.REMAINDER, help='-- COMMAND ARGS...')
     return p
 
@@ -99,6 +104,9 @@ def run(args):
         sys.stderr.write('chainermn cluster: give the command to run after --, e.g. '
                          '`-- python train.py`\n')
         return UNAVAILABLE_EXIT_STATUS
+    if args.min_nodes is not None and args.slurm:
+        sys.stderr.write('chainermn cluster: --min-nodes (elastic job, on mpiexec) does not work with --slurm yet\n')
+        return UNAVAILABLE_EXIT_STATUS
     _stop_on_signals()
     cluster = Cluster(nodes=args.nodes, link_gbit=args.link_gbit, delay_ms=args.delay_ms,
                       loss_pct=args.loss_pct)
@@ -130,6 +138,9 @@ def run(args):
         else:
             cmd, env = cluster.mpiexec_command(command, args.ranks_per_node, mpiexec=mpiexec), cluster.env()
         sys.stderr.flush()
+        if args.min_nodes is not None:
+            from chainermn.launch import run_on_cluster
+            return run_on_cluster(cluster, args, command, mpiexec)
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         try:
             status = proc.wait(timeout=args.timeout)
