@@ -102,6 +102,28 @@ def test_elastic_launch_takes_hosts_from_salloc(cluster, tmp_path):
     assert 'starting 4 rank(s) on node1, node2' in out, out
 
 
+def test_elastic_launch_leaves_out_a_node_gone_down_in_the_allocation(cluster, tmp_path):
+    """A node set DOWN in a `salloc --no-kill` allocation leaves it; launch asks Slurm and starts without it."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    if not os.access(mpiexec, os.X_OK):
+        pytest.skip('no mpiexec next to {}'.format(sys.executable))
+    wrapper = tmp_path / 'mpiexec'
+    wrapper.write_text('#!/bin/sh\nexec {} -localhost {} "$@"\n'.format(mpiexec, HEAD_ADDR))
+    wrapper.chmod(0o755)
+    script = ('scontrol update NodeName=node2 State=DOWN Reason=chainermn-test && exec "$0" -m chainermn '
+              'launch --min-nodes 1 --heartbeat 0 --mpiexec "$1" -- "$0" -c "$2"')
+    try:
+        proc = cluster.run(['salloc', '-N', '2', '--ntasks-per-node', '2', '--no-kill', 'sh', '-c', script,
+                            sys.executable, str(wrapper), RANK_JOB], cwd=HERE, timeout=STEP_TIMEOUT)
+    finally:
+        cluster.run(['scontrol', 'update', 'NodeName=node2', 'State=RESUME'])
+    out = proc.stdout.decode(errors='replace') + proc.stderr.decode(errors='replace')
+    assert proc.returncode == 0, out
+    assert sorted(re.findall(r'RANK (\d+) (\S+) (\d+)', out)) == [('0', 'node1', '2'), ('1', 'node1', '2')], out
+    assert 'starting 2 rank(s) on node1\n' in out, out
+    cluster.daemons.wait_idle(120)
+
+
 def test_doctor_under_srun(cluster):
     """`python -m chainermn doctor` under srun reports the allocation and the PMI in use."""
     rc, out, err, logs = _step(cluster, ['--mpi=pmi2', '-N', '2', '-n', '4', '--ntasks-per-node',
