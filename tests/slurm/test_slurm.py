@@ -80,6 +80,50 @@ def test_hydra_mpiexec_inside_salloc(cluster):
     check_collectives(out, 2, 4, None)
 
 
+RANK_JOB = ('import os, socket; os.write(1, "RANK {} {} {}\\n".format(os.environ["PMI_RANK"], '
+            'socket.gethostname(), os.environ["CHAINERMN_RANKS_PER_NODE"]).encode())')
+
+
+def test_elastic_launch_takes_hosts_from_salloc(cluster, tmp_path):
+    """`python -m chainermn launch` without --hosts-file inside salloc runs on the allocation's nodes."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    if not os.access(mpiexec, os.X_OK):
+        pytest.skip('no mpiexec next to {}'.format(sys.executable))
+    wrapper = tmp_path / 'mpiexec'                       # the nodes reach the head by its address
+    wrapper.write_text('#!/bin/sh\nexec {} -localhost {} "$@"\n'.format(mpiexec, HEAD_ADDR))
+    wrapper.chmod(0o755)
+    proc = cluster.run(['salloc', '-N', '2', '--ntasks-per-node', '2', sys.executable, '-m', 'chainermn',
+                        'launch', '--min-nodes', '1', '--heartbeat', '0', '--mpiexec', str(wrapper),
+                        '--', sys.executable, '-c', RANK_JOB], cwd=HERE, timeout=STEP_TIMEOUT)
+    out = proc.stdout.decode(errors='replace') + proc.stderr.decode(errors='replace')
+    assert proc.returncode == 0, out
+    ranks = sorted(re.findall(r'RANK (\d+) (\S+) (\d+)', out))
+    assert ranks == [('0', 'node1', '2'), ('1', 'node1', '2'), ('2', 'node2', '2'), ('3', 'node2', '2')], out
+    assert 'starting 4 rank(s) on node1, node2' in out, out
+
+
+def test_elastic_launch_leaves_out_a_node_gone_down_in_the_allocation(cluster, tmp_path):
+    """A node set DOWN in a `salloc --no-kill` allocation leaves it; launch asks Slurm and starts without it."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    if not os.access(mpiexec, os.X_OK):
+        pytest.skip('no mpiexec next to {}'.format(sys.executable))
+    wrapper = tmp_path / 'mpiexec'
+    wrapper.write_text('#!/bin/sh\nexec {} -localhost {} "$@"\n'.format(mpiexec, HEAD_ADDR))
+    wrapper.chmod(0o755)
+    script = ('scontrol update NodeName=node2 State=DOWN Reason=chainermn-test && exec "$0" -m chainermn '
+              'launch --min-nodes 1 --heartbeat 0 --mpiexec "$1" -- "$0" -c "$2"')
+    try:
+        proc = cluster.run(['salloc', '-N', '2', '--ntasks-per-node', '2', '--no-kill', 'sh', '-c', script,
+                            sys.executable, str(wrapper), RANK_JOB], cwd=HERE, timeout=STEP_TIMEOUT)
+    finally:
+        cluster.run(['scontrol', 'update', 'NodeName=node2', 'State=RESUME'])
+    out = proc.stdout.decode(errors='replace') + proc.stderr.decode(errors='replace')
+    assert proc.returncode == 0, out
+    assert sorted(re.findall(r'RANK (\d+) (\S+) (\d+)', out)) == [('0', 'node1', '2'), ('1', 'node1', '2')], out
+    assert 'starting 2 rank(s) on node1\n' in out, out
+    cluster.daemons.wait_idle(120)
+
+
 def test_doctor_under_srun(cluster):
     """`python -m chainermn doctor` under srun reports the allocation and the PMI in use."""
     rc, out, err, logs = _step(cluster, ['--mpi=pmi2', '-N', '2', '-n', '4', '--ntasks-per-node',

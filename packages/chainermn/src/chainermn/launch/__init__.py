@@ -9,6 +9,9 @@ care of a different number of ranks).  While the job runs, its hosts are probed 
 watchdog on (``CHAINERMN_TIMEOUT``, default ``--watchdog``), so ranks blocked on a vanished peer end,
 and with the global except hook on (``CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1``), so an exception on one
 rank ends the attempt.
+Inside a Slurm allocation (``SLURM_JOB_NODELIST`` set) without ``--hosts-file``, the hosts are the
+allocation's nodes (``scontrol show hostnames``, asked again before every start) and
+``--ranks-per-node`` defaults to Slurm's tasks per node.
 Preemption (exit status 75) is a failure to restart from.  The same exception twice in a row, or
 ``--max-restarts`` restarts, ends the launch with the job's status.
 """
@@ -21,7 +24,7 @@ import sys
 import tempfile
 import threading
 
-from chainermn.launch import _attempt, _hosts
+from chainermn.launch import _attempt, _hosts, _slurm
 
 __all__ = ['main', 'supervise', 'job_env', 'run_on_cluster', 'add_restart_options', 'PREEMPTED_STATUS',
            'WATCHDOG_STATUS']
@@ -50,10 +53,14 @@ def add_restart_options(parser, heartbeat=5.0, probe_timeout=10.0):
 
 def _parser():
     p = argparse.ArgumentParser(prog='python -m chainermn launch', description=__doc__.split('\n')[0],
-                                usage='python -m chainermn launch --hosts-file FILE --ranks-per-node K '
+                                usage='python -m chainermn launch [--hosts-file FILE] [--ranks-per-node K] '
                                       '--min-nodes M [--max-restarts R] [options] -- COMMAND ...')
-    p.add_argument('--hosts-file', required=True, help='one host per line (re-read before every start)')
-    p.add_argument('--ranks-per-node', type=int, required=True, help='ranks started on every host')
+    p.add_argument('--hosts-file', default=None,
+                   help='one host per line (re-read before every start); default inside a Slurm '
+                        'allocation: its nodes (scontrol show hostnames $SLURM_JOB_NODELIST)')
+    p.add_argument('--ranks-per-node', type=int, default=None,
+                   help='ranks started on every host; default inside a Slurm allocation: '
+                        'SLURM_NTASKS_PER_NODE, else the fewest of SLURM_TASKS_PER_NODE')
     p.add_argument('--min-nodes', type=int, required=True, help='fewest healthy hosts to (re)start on')
     p.add_argument('--max-nodes', type=int, default=None, help='most hosts to start on (default: all)')
     add_restart_options(p)
@@ -75,12 +82,21 @@ def _check(args, parser):
     command = args.command[1:] if args.command[:1] == ['--'] else args.command
     if not command:
         parser.error('give the job after --, e.g. -- python train.py')
+    in_slurm = args.hosts_file is None and _slurm.nodelist(os.environ) is not None
+    if args.hosts_file is None and not in_slurm:
+        parser.error('no --hosts-file given and not inside a Slurm allocation (neither SLURM_JOB_NODELIST '
+                     'nor SLURM_NODELIST is set): pass --hosts-file FILE, or run inside salloc/sbatch')
+    if args.ranks_per_node is None:
+        args.ranks_per_node = _slurm.ranks_per_node(os.environ) if in_slurm else None
+        if args.ranks_per_node is None:
+            parser.error('give --ranks-per-node K' + (' (Slurm sets neither SLURM_NTASKS_PER_NODE nor '
+                                                      'SLURM_TASKS_PER_NODE)' if in_slurm else ''))
     for name in ('ranks_per_node', 'min_nodes'):
         if getattr(args, name) < 1:
             parser.error('--{} must be at least 1'.format(name.replace('_', '-')))
     if args.max_restarts < 0:
         parser.error('--max-restarts must be 0 or more')
-    if not os.path.isfile(args.hosts_file):
+    if args.hosts_file is not None and not os.path.isfile(args.hosts_file):
         parser.error('hosts file {} does not exist'.format(args.hosts_file))
     return command
 
@@ -135,6 +151,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     command = _check(args, parser)
     base = _hosts.mpiexec_base(args.mpiexec or _find_mpiexec(), args.launcher_exec)
+    if args.hosts_file is None:
+        env = dict(os.environ)
+        return supervise(args, command, base, job_env(args), lambda: _slurm.allocation_hosts(env),
+                         'the Slurm allocation {}'.format(_slurm.nodelist(env)))
     return supervise(args, command, base, job_env(args), lambda: _hosts.read_hosts(args.hosts_file),
                      'the hosts file {}'.format(args.hosts_file))
 
