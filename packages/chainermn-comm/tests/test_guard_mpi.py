@@ -33,3 +33,8 @@ def test_watchdog_timeout_argument_names_the_call(tmp_path):
     assert '(timeout 2 s' in out and 'last completed call on this rank: call #1 bcast_obj(root=0)' in out
     assert 'stuck.py", line 6' in out, out
     assert res.seconds < 30, out
+
+
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_small_allreduce_fused_with_the_check(n):
+    run_pytest_under_mpi(os.path.join(HERE, 'mpi', 'mpi_fused_allreduce.py'), n, timeout=240)

@@ -6,11 +6,14 @@ list), or a callable returning one (for signatures that cost time to build, buil
 ``key`` is an optional cheap stand-in for ``sig`` made of ints and tuples only (hashed the same way
 in every process); ``info`` is only shown in reports (e.g. the peer of a send).
 
-Default mode (``$CHAINERMN_CHECK`` unset or 1): entering a collective all-reduces a 16-byte header,
-``[fp, -fp]`` with ``MPI.MAX``, where ``fp`` is a 62-bit fingerprint of ``(name, key or sig)``.
-Every rank then holds the largest and the smallest fingerprint, so every rank learns whether all
-agree.  Only when they do not, the ranks gather their full signatures and raise
-:class:`CommunicationError` naming the ranks, hosts and the first difference.
+Default mode (``$CHAINERMN_CHECK`` unset or 1): entering a collective exchanges a 62-bit
+fingerprint ``fp`` of ``(name, key or sig)``.  On communicators of up to ``GATHER_MAX_RANKS``
+ranks every rank all-gathers a fixed 72-byte record, ``fp`` plus up to ``PAYLOAD_BYTES`` of the
+call's own data: a small all-reduce hands its array in (``payload=``), finds every rank's array in
+:attr:`CallGuard.payload` after the check and reduces them locally in rank order, so it costs one
+message, not two.  On larger communicators it all-reduces ``[fp, -fp]`` with ``MPI.MAX``.  Either
+way every rank learns whether all agree.  Only when they do not, the ranks gather their full
+signatures and raise :class:`CommunicationError` naming the ranks, hosts and the first difference.
 
 Debug mode (``$CHAINERMN_DEBUG=1``): the full signatures are gathered at every collective instead.
 
@@ -36,7 +39,7 @@ from chainermn_comm._errors import CommunicationError
 __all__ = ['CallGuard', 'TIMEOUT_ENV', 'DEBUG_ENV', 'CHECK_ENV', 'STALL_ENV', 'DEFAULT_TIMEOUT',
            'DEFAULT_STALL_SECONDS', 'WATCHDOG_EXIT_STATUS', 'EXIT_CALL', 'resolve_timeout',
            'resolve_stall_seconds', 'debug_enabled', 'check_enabled', 'stable_code', 'fail_together',
-           'INVALID_INPUT', 'number_from_env']
+           'INVALID_INPUT', 'number_from_env', 'GATHER_MAX_RANKS', 'PAYLOAD_BYTES']
 
 TIMEOUT_ENV = 'CHAINERMN_TIMEOUT'
 DEBUG_ENV = 'CHAINERMN_DEBUG'
@@ -59,6 +62,11 @@ _ABORT_GRACE = 1.0
 #: Seconds between two rounds of answering the other ranks' progress queries.
 _SERVE_PERIOD = 1.0
 _FP_MASK = (1 << 62) - 1
+#: Largest communicator whose check all-gathers a record (fingerprint + small payload).
+GATHER_MAX_RANKS = 64
+#: Bytes of a call's data that ride in the check's record.
+PAYLOAD_BYTES = 64
+_REC_WORDS = 1 + PAYLOAD_BYTES // 8
 #: Signature key of a call whose arguments are invalid on this rank (the value says why).
 INVALID_INPUT = 'invalid input'
 _OFF = ('', '0', 'false', 'no', 'off')
@@ -255,6 +263,19 @@ class CallGuard:
         self.check = (check_enabled() if check is None else bool(check)) and not self.debug \
             and self.size > 1
         self.host = MPI.Get_processor_name()
+        #: Every rank's payload bytes, ``(size, nbytes)``, after a checked call given ``payload=``
+        #: (None when the call was not fused with the check); read it with :meth:`take_payload`.
+        self.payload = None
+        self._payload_in = None
+        self._rec = self._gathered = None
+        if self.check and self.size <= GATHER_MAX_RANKS:
+            import numpy
+            self._rec = numpy.zeros(_REC_WORDS, numpy.int64)
+            self._rec_bytes = self._rec.view(numpy.uint8)
+            self._gathered = numpy.zeros((self.size, _REC_WORDS), numpy.int64)
+            self._gathered_fp = self._gathered[:, 0]
+            self._gathered_bytes = self._gathered.view(numpy.uint8)
+            self._views = {}  # (dtype, shape) -> (view of my record, views of every rank's record)
         #: Number of guarded calls entered so far (point-to-point and collective).
         self.seq = 0
         #: Number of collective calls entered so far.
@@ -305,13 +326,36 @@ class CallGuard:
             except Exception:
                 pass
 
-    def __call__(self, name, sig=(), collective=True, key=None, **info):
+    def __call__(self, name, sig=(), collective=True, key=None, payload=None, **info):
+        """Describe the next call; ``payload``: a C-contiguous host array of at most
+        ``PAYLOAD_BYTES`` to all-gather with the check (same size on every rank that agrees)."""
         self._name = name
         self._sig = sig
         self._key = key
         self._info = info
         self._collective = collective
+        self._payload_in = payload
         return self
+
+    def take_payload(self):
+        """Return every rank's payload gathered by the check (one array per rank, shaped and typed
+        like the payload, in rank order; valid until the next call), or None."""
+        rows, self.payload = self.payload, None
+        return rows
+
+    def _payload_views(self, payload):
+        key = (payload.dtype, payload.shape)
+        views = self._views.get(key)
+        if views is None:
+            n = payload.nbytes
+            mine = self._rec_bytes[8:8 + n].view(payload.dtype).reshape(payload.shape)
+            rows = [self._gathered_bytes[r, 8:8 + n].view(payload.dtype).reshape(payload.shape)
+                    for r in range(self.size)]
+            views = self._views[key] = (mine, rows)
+            if len(self._views) > 64:
+                self._views.clear()
+                self._views[key] = views
+        return views
 
     def __enter__(self):
         self.seq += 1
@@ -320,6 +364,7 @@ class CallGuard:
             self.collective_seq += 1
             number = self.collective_seq
         cur = self.current = (self._name, self.seq, self._sig, time.monotonic(), self._info, number)
+        self.payload = None
         if number and (self.check or self._debug_comm is not None):
             self._in_check = True
             try:
@@ -337,15 +382,19 @@ class CallGuard:
     def __exit__(self, *exc):
         self.last = self.current
         self.current = None
+        self.payload = self._payload_in = None
         return False
 
     # -- default mode: one small all-reduce ------------------------------------------------
     def _check_header(self, cur):
-        """All-reduce [fp, -fp] with MAX; on disagreement gather the signatures and raise."""
+        """Exchange the call's fingerprint; on disagreement gather the signatures and raise."""
         key = self._key
         if key is None:
             key = _stable_key(_comparable(_resolve(cur[2])))
         fp = hash((stable_code(cur[0]), key)) & _FP_MASK
+        if self._rec is not None:
+            self._check_gathered(cur, fp)
+            return
         h = self._header
         h[0] = fp
         h[1] = -fp
@@ -353,6 +402,20 @@ class CallGuard:
         if h[0] == fp and h[1] == -fp:
             return
         self._raise_disagreement(cur, self._mpi_comm, 'the next collective call')
+
+    def _check_gathered(self, cur, fp):
+        """All-gather ``[fp, payload]`` records; keep the payloads when every ``fp`` agrees."""
+        payload, self._payload_in = self._payload_in, None
+        self._rec[0] = fp
+        views = None
+        if payload is not None and payload.nbytes <= PAYLOAD_BYTES:
+            views = self._payload_views(payload)
+            views[0][...] = payload
+        self._mpi_comm.Allgather(self._rec, self._gathered)
+        if self._gathered_fp.tolist().count(fp) != self.size:
+            self._raise_disagreement(cur, self._mpi_comm, 'the next collective call')
+        if views is not None:
+            self.payload = views[1]
 
     # -- debug mode: gather every signature -------------------------------------------------
     def _check_agreement(self, cur):

@@ -12,7 +12,7 @@ from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 from chainermn_comm._errors import CommunicationError
-from chainermn_comm._guard import INVALID_INPUT, CallGuard, stable_code
+from chainermn_comm._guard import INVALID_INPUT, PAYLOAD_BYTES, CallGuard, stable_code
 from chainermn_comm.communicator_base import CommunicatorBase
 
 __all__ = ['MpiCommunicatorBase', 'ArrayMessage', 'op_name']
@@ -403,9 +403,14 @@ class MpiCommunicatorBase(CommunicatorBase):
         name = op_name(op, mpi_op)
         sig = (('shape', host.shape), ('dtype', host.dtype.str), ('op', name))
         key = (host.shape, stable_code(host.dtype), stable_code(name))
-        with self._guard('allreduce', sig, key=key):
+        fuse = host.nbytes <= PAYLOAD_BYTES and host.dtype.kind in _FUSED_KINDS.get(name, '')
+        with self._guard('allreduce', sig, key=key, payload=host if fuse else None) as guard:
             out = numpy.empty_like(host)
-            self._allreduce_host(host, out, mpi_op)
+            rows = guard.take_payload() if fuse else None
+            if rows is not None:
+                _reduce_rows(rows, out, name)
+            else:
+                self._allreduce_host(host, out, mpi_op)
         return _arrays.like(out, data)
 
     def _allreduce_host(self, src, out, mpi_op):
@@ -535,6 +540,19 @@ def _sig_or_problem(sig, problem):
 def _raise_problem(problem):
     if problem is not None:
         raise problem
+
+
+#: Reductions a small all-reduce does itself on the arrays the agreement check gathered, by dtype kind.
+_FUSED_KINDS = {'sum': 'iufc', 'prod': 'iufc', 'max': 'iuf', 'min': 'iuf'}
+_FUSED_UFUNCS = {'sum': numpy.add, 'prod': numpy.multiply, 'max': numpy.maximum, 'min': numpy.minimum}
+
+
+def _reduce_rows(rows, out, name):
+    """Reduce every rank's array (``rows``, in rank order) into ``out``, in rank order."""
+    fn = _FUSED_UFUNCS[name]
+    fn(rows[0], rows[1], out=out)
+    for r in rows[2:]:
+        fn(out, r, out=out)
 
 
 def op_name(op, mpi_op):
