@@ -67,6 +67,32 @@ def test_srun_pmi2_collectives(cluster, nodes, ranks):
     check_collectives(out, nodes, ranks, 'ofi')         # the workaround chainermn_comm applied
 
 
+ROOT = os.path.dirname(os.path.dirname(HERE))
+RANK_SUITES = {
+    # the communicator value suite (every CPU method and dtype); test 1 above covers topology
+    'value suite': ('packages/chainermn-comm/tests/mpi/mpi_comm_api.py', 'not test_properties', None),
+    # data-parallel training equals one process on the global batch
+    'training': ('packages/chainermn-train/tests/mpi/mpi_optimizer.py', 'equivalence', '6 passed'),
+}
+
+
+@pytest.mark.parametrize('suite', sorted(RANK_SUITES))
+@pytest.mark.parametrize('per_node', [1, 2])
+def test_srun_rank_suites(cluster, suite, per_node):
+    """The value suite and the data-parallel equivalence run as srun --mpi=pmi2 steps, 2 nodes x K."""
+    path, select, summary = RANK_SUITES[suite]
+    ranks = 2 * per_node
+    rc, out, err, logs = _step(cluster, [
+        '--mpi=pmi2', '-N', '2', '-n', str(ranks), '--ntasks-per-node', str(per_node),
+        sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p',
+        'chainermn_comm.testing.mpi_plugin', os.path.join(ROOT, path), '-k', select])
+    report = 'srun exit {}\n{}\n{}\nslurmd logs:\n{}'.format(rc, out[-6000:], err[-6000:], logs)
+    assert rc == 0, report
+    assert out.count('CHAINERMN-RANK-PASSED') == ranks, report
+    if summary:
+        assert summary in out, report
+
+
 def test_hydra_mpiexec_inside_salloc(cluster):
     """Hydra's mpiexec in an allocation (proxies started by srun) keeps UCX and works."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
