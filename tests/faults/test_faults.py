@@ -119,9 +119,10 @@ def test_skipped_collective_meets_the_next_one(n, record_exit):
     assert res.returncode != 0, report(res)
     assert 'job ran to the end' not in res.stdout, report(res)
     assert 'chainermn watchdog' not in res.stderr, report(res)
+    # Both ranks raise at the same moment: their tracebacks may interleave on the shared stderr.
+    assert 'CommunicationError' in res.stderr, report(res)
     for r in range(n):
-        assert 'CommunicationError: rank {}: ranks disagree on the next collective call'.format(r) in \
-            res.stderr, report(res)
+        assert 'rank {}: ranks disagree on the next collective call'.format(r) in res.stderr, report(res)
     assert re.search(r'rank {}: collective call #4: bcast_obj\(root=0\)'.format(n - 1), res.stderr), report(res)
     assert re.search(r'rank 0: collective call #4: allreduce\(shape=\(5, 7\), dtype=<f4, op=sum\)',
                      res.stderr), report(res)

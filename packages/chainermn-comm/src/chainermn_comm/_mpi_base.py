@@ -403,7 +403,10 @@ class MpiCommunicatorBase(CommunicatorBase):
         name = op_name(op, mpi_op)
         sig = (('shape', host.shape), ('dtype', host.dtype.str), ('op', name))
         key = (host.shape, stable_code(host.dtype), stable_code(name))
-        fuse = host.nbytes <= PAYLOAD_BYTES and host.dtype.kind in _FUSED_KINDS.get(name, '')
+        # Integers reduce to the same bits in any order; floats only with two terms (a + b == b + a),
+        # so a fused result is bit for bit what MPI's own reduction gives.
+        fuse = host.nbytes <= PAYLOAD_BYTES and host.dtype.kind in _FUSED_KINDS.get(name, '') and \
+            (self._size == 2 or host.dtype.kind in 'iu')
         with self._guard('allreduce', sig, key=key, payload=host if fuse else None) as guard:
             out = numpy.empty_like(host)
             rows = guard.take_payload() if fuse else None

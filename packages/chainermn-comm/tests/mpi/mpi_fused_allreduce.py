@@ -45,8 +45,13 @@ def test_small_allreduce_rides_in_the_check(comm, spy, dtype, op, shape):
     want = functools.reduce(lambda a, b: numpy.asarray(FNS[op](a, b), dtype=a.dtype),
                             [_mine(r, dtype, shape) for r in range(comm.size)])
     assert got.shape == want.shape and got.dtype == want.dtype
-    assert numpy.array_equal(got, want)  # rank order, bit for bit
-    fused = comm.size > 1
+    # Fused: integers at any size, floats with two ranks (their sum does not depend on the order).
+    fused = comm.size > 1 and (comm.size == 2 or numpy.dtype(dtype).kind in 'iu')
+    if fused or numpy.dtype(dtype).kind in 'iu' or comm.size == 1:
+        assert numpy.array_equal(got, want)  # bit for bit
+    else:  # MPI's own order of additions
+        tol = 2e-3 if dtype == 'float16' else 1e-6
+        numpy.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     assert spy == ([(comm.size, shape, numpy.dtype(dtype), op)] if fused else [])
 
 
@@ -54,8 +59,8 @@ def test_larger_arrays_take_mpi(comm, spy):
     got = comm.allreduce(numpy.full(9, comm.rank + 1.0))  # 72 bytes: more than the record carries
     assert numpy.array_equal(got, numpy.full(9, comm.size * (comm.size + 1) / 2))
     assert spy == []
-    got = comm.allreduce(numpy.full(8, comm.rank + 1.0))  # 64 bytes: fused
-    assert numpy.array_equal(got, numpy.full(8, comm.size * (comm.size + 1) / 2))
+    got = comm.allreduce(numpy.full(8, comm.rank + 1))  # 64 bytes of int64: fused
+    assert numpy.array_equal(got, numpy.full(8, comm.size * (comm.size + 1) // 2))
     assert len(spy) == (1 if comm.size > 1 else 0)
 
 
