@@ -175,8 +175,11 @@ COMM = textwrap.dedent('''
             others.append(name)
         except md.PackageNotFoundError:
             pass
-    print('COMM ' + json.dumps({'rank': comm.rank, 'size': comm.size, 'total': total,
-                                'others': others}))
+    mine = {'rank': comm.rank, 'size': comm.size, 'total': total, 'others': others}
+    everyone = comm.gather_obj(mine)  # one line from rank 0: ranks' lines may interleave
+    if comm.rank == 0:
+        for entry in everyone:
+            print('COMM ' + json.dumps(entry), flush=True)
 ''') % (PACKAGES[1:],)
 
 

@@ -86,7 +86,7 @@ def test_aggregator_means_over_ranks_and_iterations_at_comm_trigger(comm):
     for it in range(1, 6):
         obs = spy.seen[it]
         assert float(obs['main/x']) == pytest.approx(mean_rank)
-        assert float(obs['main/loss'].array) == r + it  # the original key is left alone
+        assert obs['main/loss'].array.item() == r + it  # the original key is left alone
         if it % 2:
             assert 'main/agg' not in obs, it
         else:  # mean of iterations it-1 and it over all ranks
@@ -380,7 +380,7 @@ def _snapshot_run(comm, out, stop, replica_sets, autoload=True, **snapshot_kwarg
 
 def test_snapshot_once_per_replica_set_and_resume_from_the_master(comm, shared_dir):
     tr = _snapshot_run(comm, shared_dir, 4, [0], filename='snap_{.updater.iteration}')
-    assert float(tr.updater.model.l.W.array) == 4 * (comm.rank + 1)
+    assert tr.updater.model.l.W.array.item() == 4 * (comm.rank + 1)
     masters = [0] if comm.size == 1 else [0, 1]
     want = sorted('snap_{}.{}'.format(i, m) for i in (2, 4) for m in masters)
     assert _files(comm, shared_dir) == want
@@ -388,7 +388,7 @@ def test_snapshot_once_per_replica_set_and_resume_from_the_master(comm, shared_d
     tr = _snapshot_run(comm, shared_dir, 6, [0], filename='snap_{.updater.iteration}')
     master = 0 if comm.rank == 0 else 1
     assert tr.updater.iteration == 6
-    assert float(tr.updater.model.l.W.array) == 4 * (master + 1) + 2 * (comm.rank + 1)
+    assert tr.updater.model.l.W.array.item() == 4 * (master + 1) + 2 * (comm.rank + 1)
 
 
 def test_snapshot_fresh_start_keeps_every_rank_s_own_state(comm, shared_dir):
@@ -397,7 +397,7 @@ def test_snapshot_fresh_start_keeps_every_rank_s_own_state(comm, shared_dir):
     tr.extend(multi_node_snapshot(comm, chainer_extensions.snapshot(autoload=True), [0]),
               trigger=(2, 'iteration'))
     tr.run()
-    assert float(tr.updater.model.l.W.array) == 10.0 * comm.rank + 1.0
+    assert tr.updater.model.l.W.array.item() == 10.0 * comm.rank + 1.0
     assert _files(comm, shared_dir) == []
 
 
@@ -415,7 +415,7 @@ def test_snapshot_one_set_for_all_ranks_loads_rank_0_everywhere(comm, shared_dir
     _snapshot_run(comm, shared_dir, 2, [])
     assert _files(comm, shared_dir) == ['snapshot_iter_2.0']
     tr = _snapshot_run(comm, shared_dir, 3, [])
-    assert float(tr.updater.model.l.W.array) == 2 * 1 + (comm.rank + 1)
+    assert tr.updater.model.l.W.array.item() == 2 * 1 + (comm.rank + 1)
 
 
 def test_snapshot_without_autoload_writes_but_does_not_load(comm, shared_dir):
@@ -426,5 +426,5 @@ def test_snapshot_without_autoload_writes_but_does_not_load(comm, shared_dir):
     ext = multi_node_snapshot(comm, chainer_extensions.snapshot(), [0])
     tr.extend(ext, trigger=(2, 'iteration'))
     tr.run()
-    assert tr.updater.iteration == 1 and float(tr.updater.model.l.W.array) == 1.0
+    assert tr.updater.iteration == 1 and tr.updater.model.l.W.array.item() == 1.0
     assert ext.is_master == (comm.rank in (0, 1))
