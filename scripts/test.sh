@@ -4,14 +4,8 @@
 #   (default)  .venv, the README set-up (NumPy 1.26)
 #   --numpy2   .venv-np2, the newest NumPy 2 and setuptools the index serves (scripts/bootstrap.sh)
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv=.venv
-flags=()
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh" "$@"
 if [ "${1:-}" = --numpy2 ]; then
-  venv=.venv-np2
-  flags=(--numpy2)
   shift
 fi
-bash "$root/scripts/bootstrap.sh" "${flags[@]}"
-cd "$root"
 exec "$venv/bin/python" -m pytest -ra "$@"
