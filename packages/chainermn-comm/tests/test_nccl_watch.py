@@ -78,6 +78,19 @@ def test_async_error_fails_the_group_once_and_names_the_call():
     assert 'NCCL bcast_data failed: NCCL_ERROR_REMOTE_ERROR' in out.getvalue()
 
 
+def test_a_call_watched_after_its_group_failed_is_dropped_not_failed_again():
+    out = io.StringIO()
+    dog = _nccl_watch.NcclWatchdog(stream=out)
+    group = FakeGroup(error=RuntimeError('NCCL_ERROR_REMOTE_ERROR'))
+    dog.watch(group, FakeEvent(), 'bcast_data', 60.0, group.poll_error, group.fail)
+    assert group.failed.wait(20)
+    _until(lambda: dog.outstanding() == 0)
+    dog.watch(group, FakeEvent(), 'allreduce_grad', 60.0, group.poll_error, group.fail)
+    _until(lambda: dog.outstanding() == 0)
+    assert [w for w, _ in group.calls] == ['bcast_data']
+    assert out.getvalue().count('failed:') == 1
+
+
 def test_hang_past_the_limit_is_reported_and_other_groups_go_on():
     out = io.StringIO()
     dog = _nccl_watch.NcclWatchdog(stream=out)

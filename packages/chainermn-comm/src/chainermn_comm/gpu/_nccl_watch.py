@@ -32,6 +32,7 @@ class NcclWatchdog:
         self._pending = collections.deque()
         self._thread = None
         self._out = stream if stream is not None else sys.stderr
+        self._failed = []  # keys already failed: their later calls are dropped, not failed again
         self.failures = []  # (what, message) of every failure seen, for reports and tests
 
     def watch(self, key, event, what, limit, poll_error, fail):
@@ -58,6 +59,7 @@ class NcclWatchdog:
         """Stop watching the calls of the NCCL communicator ``key`` (it was destroyed)."""
         with self._cond:
             self._pending = collections.deque(e for e in self._pending if e.key is not key)
+            self._failed = [k for k in self._failed if k is not key]
 
     def _run(self):
         while True:
@@ -65,17 +67,21 @@ class NcclWatchdog:
                 while not self._pending:
                     self._cond.wait()
                 entries = list(self._pending)
-            finished, failed = self._check(entries)
+                failed = list(self._failed)
+            finished = self._check(entries, failed)
             with self._cond:
                 drop = set(map(id, finished))
+                self._failed.extend(k for k in failed if not any(k is f for f in self._failed))
                 self._pending = collections.deque(
-                    e for e in self._pending if id(e) not in drop and e.key not in failed)
+                    e for e in self._pending
+                    if id(e) not in drop and not any(e.key is k for k in self._failed))
                 if not self._pending:
                     continue
             time.sleep(self.poll)
 
-    def _check(self, entries):
-        finished, failed = [], []
+    def _check(self, entries, failed):
+        """Return the finished entries; append the key of each newly failed group to ``failed``."""
+        finished = []
         for e in entries:
             if any(e.key is k for k in failed):
                 continue
@@ -92,7 +98,7 @@ class NcclWatchdog:
                 self._fail(e, TimeoutError('NCCL {} did not complete within {:.1f} s'.format(
                     e.what, e.limit)))
                 failed.append(e.key)
-        return finished, failed
+        return finished
 
     def _fail(self, entry, err):
         try:
