@@ -2,9 +2,10 @@
 
 Large gradients are all-reduced in place in slices of ``chunk_bytes`` and scaled by
 ``1/size`` while each slice is still in cache, so they cost no pack and no unpack.
-Small gradients (below ``direct_bytes``) are packed into one persistent buffer of
+Small gradients (below ``direct_bytes``) are packed into reused buffers of
 ``chunk_bytes``, all-reduced together, and copied back with the averaging fused into
-the copy, so that a hundred tiny arrays cost one message rather than a hundred.
+the copy, so that a hundred tiny arrays cost one message rather than a hundred.  The
+pieces are pipelined (``_stream``): copies of one overlap the transfer of the others.
 """
 
 import operator
@@ -12,7 +13,7 @@ import os
 
 import numpy
 
-from chainermn_comm import _half
+from chainermn_comm import _half, _stream
 from chainermn_comm._guard import number_from_env, stable_code
 
 __all__ = ['ChunkedReducer', 'collect_params', 'params_key', 'params_signature',
@@ -77,13 +78,17 @@ def _bytes_from_env(name, default):
 
 
 class ChunkedReducer:
-    """Reduce or broadcast host arrays in place, in cache-sized pieces.
+    """Reduce or broadcast host arrays in pieces that stream through a few reused buffers.
 
-    Arrays of at least ``direct_bytes`` (and already in the reduction dtype) are
-    all-reduced in place, slice by slice, and averaged while the slice is still in
-    cache: no pack and no unpack.  Smaller arrays are packed together into one reused
-    chunk buffer, so that many tiny gradients cost one message instead of one each.
+    Arrays of at least ``direct_bytes`` (and already in the reduction dtype) are all-reduced
+    in place, slice by slice, and averaged while the slice is still in cache: no pack and no
+    unpack.  Smaller arrays are packed together into reused chunk buffers, so that many tiny
+    gradients cost one message instead of one each.  Pieces are pipelined (``_stream``):
+    packing, casting and unpacking of one piece overlap the transfer of the others.
     """
+
+    #: Pieces alive at once: enough for the two-phase float16 schedule.
+    SLOTS = 4
 
     def __init__(self, mpi_comm, chunk_bytes=None, direct_bytes=None):
         if chunk_bytes is None:
@@ -95,14 +100,22 @@ class ChunkedReducer:
         self.mpi_comm = mpi_comm
         self.chunk_bytes = int(chunk_bytes)
         self.direct_bytes = int(direct_bytes)
-        self._buffers = {}
+        self._ops = {}
 
-    def _buffer(self, dtype):
-        buf = self._buffers.get(dtype)
-        if buf is None:
-            buf = numpy.empty(max(1, self.chunk_bytes // dtype.itemsize), dtype=dtype)
-            self._buffers[dtype] = buf
-        return buf
+    def _op(self, kind, dtype, arg):
+        key = (kind, dtype.str, arg)
+        op = self._ops.get(key)
+        if op is None:
+            chunk = max(1, self.chunk_bytes // dtype.itemsize)
+            comm = self.mpi_comm
+            if kind == 'half':
+                op = _stream.HalfSumOp(comm, chunk, self.SLOTS, arg)
+            elif kind == 'sum':
+                op = _stream.SumOp(comm, dtype, chunk, self.SLOTS, arg)
+            else:
+                op = _stream.BcastOp(comm, dtype, chunk, self.SLOTS, arg)
+            self._ops[key] = op
+        return op
 
     def mean(self, arrays, dtype=None):
         """Average the C-contiguous host ``arrays`` over all ranks, in place.
@@ -116,58 +129,33 @@ class ChunkedReducer:
         size = self.mpi_comm.Get_size()
         if size == 1:
             return
-        comm = self.mpi_comm
         scale = 1.0 / size
         for red_dtype, group in _group_by_dtype(arrays, dtype):
-            pre = red_dtype.itemsize == 2
-            buf = self._buffer(red_dtype)
-            step = buf.size
-            small = []
-            for a in group:
-                if a.dtype != red_dtype or a.nbytes < self.direct_bytes:
-                    small.append(a)
-                    continue
-                for s in range(0, a.size, step):
-                    view = a[s:s + step]
-                    if pre:
-                        _half.scale_into(view, view, scale)
-                    _sum_in_place(comm, view)
-                    if not pre:
-                        numpy.multiply(view, scale, out=view)
-            if not small:
-                continue
-
-            def reduce_chunk(view):
-                _sum_in_place(comm, view)
-
-            if pre:
-                pack, unpack = _pack_scaled(scale), _unpack_plain
+            if red_dtype.itemsize == 2:
+                op = self._op('half', red_dtype, scale)
+                pieces = _stream.cut(group, op.chunk, _never)
             else:
-                pack, unpack = _pack_plain, _unpack_scaled(scale)
-            _pipeline(small, buf, pack, reduce_chunk, unpack)
+                op = self._op('sum', red_dtype, scale)
+                direct = self.direct_bytes
+
+                def in_place(a, d=red_dtype):
+                    return a.dtype == d and a.nbytes >= direct
+                pieces = _stream.cut(group, op.chunk, in_place)
+            _stream.run(pieces, op, self.SLOTS)
 
     def bcast(self, arrays, root=0):
         """Overwrite the C-contiguous host ``arrays`` on every rank with root's values."""
-        comm = self.mpi_comm
-        is_root = comm.Get_rank() == root
+        if self.mpi_comm.Get_size() == 1:
+            return
+        direct = self.direct_bytes
         for red_dtype, group in _group_by_dtype(arrays, None):
-            buf = self._buffer(red_dtype)
-            step = buf.size
-            small = []
-            for a in group:
-                if a.nbytes < self.direct_bytes:
-                    small.append(a)
-                    continue
-                for s in range(0, a.size, step):
-                    comm.Bcast(a[s:s + step], root=root)
-            if not small:
-                continue
+            op = self._op('bcast', red_dtype, root)
+            pieces = _stream.cut(group, op.chunk, lambda a: a.nbytes >= direct)
+            _stream.run(pieces, op, self.SLOTS)
 
-            def bcast_chunk(view):
-                comm.Bcast(view, root=root)
 
-            _pipeline(small, buf, _pack_plain if is_root else _pack_none, bcast_chunk,
-                      _unpack_none if is_root else _unpack_plain)
+def _never(a):
+    return False
 
 
 def _sum_in_place(comm, view):
@@ -185,59 +173,3 @@ def _group_by_dtype(arrays, dtype):
         key = numpy.dtype(dtype) if dtype is not None else a.dtype
         groups.setdefault(key, []).append(a.reshape(-1))
     return sorted(groups.items(), key=lambda kv: kv[0].str)
-
-
-def _pack_plain(dst, src):
-    numpy.copyto(dst, src, casting='unsafe')
-
-
-def _pack_none(dst, src):
-    pass
-
-
-def _pack_scaled(scale):
-    def pack(dst, src):
-        _half.scale_into(dst, src, scale)
-    return pack
-
-
-def _unpack_plain(dst, src):
-    numpy.copyto(dst, src, casting='unsafe')
-
-
-def _unpack_none(dst, src):
-    pass
-
-
-def _unpack_scaled(scale):
-    def unpack(dst, src):
-        numpy.multiply(src, scale, out=dst, casting='unsafe')
-    return unpack
-
-
-def _pipeline(flat_arrays, buf, pack, communicate, unpack):
-    """Stream ``flat_arrays`` through ``buf``: pack a chunk, communicate it, unpack it."""
-    cap = buf.size
-    fill = 0
-    pending = []  # (array, start, buf_offset, length)
-    for arr in flat_arrays:
-        n = arr.size
-        start = 0
-        while start < n:
-            take = min(cap - fill, n - start)
-            pack(buf[fill:fill + take], arr[start:start + take])
-            pending.append((arr, start, fill, take))
-            fill += take
-            start += take
-            if fill == cap:
-                _flush(buf, fill, pending, communicate, unpack)
-                fill = 0
-                pending = []
-    if fill:
-        _flush(buf, fill, pending, communicate, unpack)
-
-
-def _flush(buf, fill, pending, communicate, unpack):
-    communicate(buf[:fill])
-    for arr, start, off, take in pending:
-        unpack(arr[start:start + take], buf[off:off + take])

@@ -11,7 +11,8 @@ bandwidth-optimal all-reduce, and every rank ends with the same bits.
 
 import numpy
 
-__all__ = ['sum_in_place', 'scale_into']
+__all__ = ['sum_in_place', 'scale_into', 'Layout', 'start_exchange', 'add_own', 'start_gather',
+           'InFlightSum']
 
 
 def scale_into(dst, src, scale):
@@ -24,9 +25,97 @@ def _bounds(n, size):
     return [n * j // size for j in range(size + 1)]
 
 
+class Layout:
+    """How a float16 array of ``n`` elements is cut into one segment per rank."""
+
+    __slots__ = ('bounds', 'counts', 'displs', 'mine', 'rcounts', 'rdispls')
+
+    def __init__(self, n, size, rank):
+        self.bounds = _bounds(n, size)
+        self.counts = [self.bounds[j + 1] - self.bounds[j] for j in range(size)]
+        self.displs = self.bounds[:-1]
+        self.mine = self.counts[rank]
+        self.rcounts = [self.mine] * size
+        self.rdispls = [self.mine * j for j in range(size)]
+
+
+def start_exchange(comm, flat, lay, parts):
+    """Start handing every rank all ranks' copies of its segment of ``flat`` (into ``parts``)."""
+    from mpi4py import MPI
+    bits = MPI.UNSIGNED_SHORT  # move raw 16-bit words: no MPI needs to know float16
+    return comm.Ialltoallv([flat.view(numpy.uint16), (lay.counts, lay.displs), bits],
+                           [parts.view(numpy.uint16), (lay.rcounts, lay.rdispls), bits])
+
+
+def add_own(flat, lay, parts, wide, rank):
+    """Add the ranks' copies of my segment in float32, in rank order, and round once into ``flat``."""
+    mine = lay.mine
+    if not mine:
+        return
+    size = len(lay.counts)
+    terms = [parts[j * mine:(j + 1) * mine] for j in range(size)]
+    wide = wide[:mine]
+    numpy.add(terms[0], terms[1], out=wide, dtype=numpy.float32)
+    for t in terms[2:]:
+        numpy.add(wide, t, out=wide, dtype=numpy.float32)
+    numpy.copyto(flat[lay.bounds[rank]:lay.bounds[rank + 1]], wide, casting='unsafe')
+
+
+def start_gather(comm, flat, lay):
+    """Start gathering every rank's summed segment back into ``flat`` on every rank."""
+    from mpi4py import MPI
+    bits = MPI.UNSIGNED_SHORT
+    return comm.Iallgatherv(MPI.IN_PLACE, [flat.view(numpy.uint16), (lay.counts, lay.displs), bits])
+
+
+class InFlightSum:
+    """Sum one C-contiguous view over the ranks of ``comm`` in place, without blocking the caller.
+
+    ``start`` begins it, ``step`` (call it when the first phase has had time) adds and
+    starts the second phase of a float16 sum, ``wait`` ends it.  Any other dtype is one
+    ``Iallreduce``.  Buffers are kept for the next view.
+    """
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+        self._parts = numpy.empty(0, dtype=numpy.float16)
+        self._wide = numpy.empty(0, dtype=numpy.float32)
+        self.req = None
+        self._view = self._lay = None
+
+    def start(self, view):
+        from mpi4py import MPI
+        flat = view.reshape(-1)
+        self._view = flat
+        if flat.dtype != numpy.float16:
+            self._lay = None
+            self.req = self.comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM)
+            return
+        lay = self._lay = Layout(flat.size, self.size, self.rank)
+        need = lay.mine * self.size
+        if self._parts.size < need:
+            self._parts = numpy.empty(need, dtype=numpy.float16)
+            self._wide = numpy.empty(lay.mine, dtype=numpy.float32)
+        self.req = start_exchange(self.comm, flat, lay, self._parts[:need])
+
+    def step(self):
+        if self._lay is None:
+            return
+        self.req.Wait()
+        add_own(self._view, self._lay, self._parts, self._wide, self.rank)
+        self.req = start_gather(self.comm, self._view, self._lay)
+        self._lay = None
+
+    def wait(self):
+        self.step()
+        self.req.Wait()
+        self.req = self._view = None
+
+
 def sum_in_place(comm, view):
     """Sum the C-contiguous float16 ``view`` over every rank of ``comm``, in place."""
-    from mpi4py import MPI
     size = comm.Get_size()
     if size == 1 or view.size == 0:
         return
@@ -34,16 +123,8 @@ def sum_in_place(comm, view):
         raise TypeError('sum_in_place needs a float16 array; got {}'.format(view.dtype))
     rank = comm.Get_rank()
     flat = view.reshape(-1)
-    bounds = _bounds(flat.size, size)
-    counts = [bounds[j + 1] - bounds[j] for j in range(size)]
-    displs = bounds[:-1]
-    mine = counts[rank]
-    parts = numpy.empty((size, mine), dtype=numpy.float16)
-    bits = MPI.UNSIGNED_SHORT  # move raw 16-bit words: no MPI needs to know float16
-    comm.Alltoallv([flat.view(numpy.uint16), (counts, displs), bits],
-                   [parts.view(numpy.uint16), ([mine] * size, [mine * j for j in range(size)]), bits])
-    total = numpy.add(parts[0], parts[1], dtype=numpy.float32)
-    for p in parts[2:]:
-        numpy.add(total, p, out=total, dtype=numpy.float32)
-    numpy.copyto(flat[bounds[rank]:bounds[rank + 1]], total, casting='unsafe')
-    comm.Allgatherv(MPI.IN_PLACE, [flat.view(numpy.uint16), (counts, displs), bits])
+    lay = Layout(flat.size, size, rank)
+    parts = numpy.empty(lay.mine * size, dtype=numpy.float16)
+    start_exchange(comm, flat, lay, parts).Wait()
+    add_own(flat, lay, parts, numpy.empty(lay.mine, dtype=numpy.float32), rank)
+    start_gather(comm, flat, lay).Wait()

@@ -13,6 +13,10 @@ segment of two chunks in an MPI shared-memory window.  For every chunk:
 4. barrier (shared with step 1 of the next chunk, which stages into the other half);
 5. each rank copies the peers' shares, scaled, into its own gradients.
 
+With several nodes, the cross-node sum of my share of chunk ``k`` is nonblocking: it is on
+the wire while this rank stages chunk ``k + 1`` and unpacks chunk ``k - 1`` (which every
+owner finished before the last barrier), so the casts and copies hide behind the link.
+
 Every byte of gradient is read once from and written once to main memory, and the
 staging traffic stays in cache, so the whole average costs about one memory copy: it
 has no pack/unpack pass and no MPI copy in and out of MPI's own shared buffers.  Each
@@ -23,7 +27,7 @@ import os
 
 import numpy
 
-from chainermn_comm import _grad, _half
+from chainermn_comm import _half
 from chainermn_comm._errors import CommunicationError
 
 __all__ = ['NodeReducer', 'SHM_ENV', 'SHM_CHUNK_ENV', 'DEFAULT_SHM_CHUNK_BYTES']
@@ -157,16 +161,31 @@ class NodeReducer:
         scale = 1.0 / self.mpi_comm.Get_size()
         pre = red_dtype.itemsize == 2  # sums of float16 could overflow: scale first
         sync = state.sync
-        _stage(plan[0], src, scale, pre)
+        _stage(plan[0], src, scale, pre, None)
         sync()
         scratch = state.scratch(red_dtype)
         wide = state.wide() if pre else None
+        flight = state.flight
+        poke = flight.poke if flight is not None else None
+        prev = None
         for k, chunk in enumerate(plan):
-            _reduce_own(chunk, src, dst, scale, pre, state.inter, scratch, wide)
+            _sum_local(chunk, src, dst, scale, pre, scratch, wide, flight is None)
+            busy = flight is not None and chunk.own_region.size > 0
+            if busy:  # the link carries my share while the CPU stages and unpacks
+                flight.start(chunk.own_region)
             if k + 1 < len(plan):
-                _stage(plan[k + 1], src, scale, pre)
+                _stage(plan[k + 1], src, scale, pre, poke if busy else None)
+            if busy:
+                flight.step()
+            if prev is not None:
+                _unpack(prev, dst, scale, pre, poke if busy else None)
+            if busy:
+                flight.wait()
+                for j, a, b, acc, _ in chunk.own:
+                    _write_back(dst[j][a:b], acc, scale, pre)
             sync()
-            _unpack(chunk, dst, scale, pre)
+            prev = chunk
+        _unpack(prev, dst, scale, pre, None)
         sync()  # nobody stages the next group or call while a peer still reads this one
 
 
@@ -177,6 +196,7 @@ class _Shared:
         from mpi4py import MPI
         self.local = comm.Split(topo.node_id, comm.Get_rank())
         self.inter = comm.Split(topo.intra_rank, comm.Get_rank()) if topo.inter_size > 1 else None
+        self.flight = _Flight(self.inter) if self.inter is not None else None
         self.local_rank = self.local.Get_rank()
         self.local_size = self.local.Get_size()
         # Room for one share of one chunk (the window holds two chunks per rank), and for
@@ -276,16 +296,30 @@ def _make_plan(sizes, chunk_elems, nlocal, me, segments):
     return plan
 
 
-def _stage(chunk, g, scale, pre):
+class _Flight(_half.InFlightSum):
+    """The cross-node sum of my share of a chunk, in flight while the CPU works on others."""
+
+    def poke(self):
+        """Let MPI move the cross-node sum on (call between pieces of CPU work)."""
+        if self.req is not None:
+            self.req.Test()
+
+
+def _stage(chunk, g, scale, pre, poke):
     if pre:
         for j, a, b, dst in chunk.stage:
             _half.scale_into(dst, g[j][a:b], scale)
+            if poke is not None:
+                poke()
     else:
         for j, a, b, dst in chunk.stage:
             numpy.copyto(dst, g[j][a:b], casting='unsafe')
+            if poke is not None:
+                poke()
 
 
-def _reduce_own(chunk, src, dst, scale, pre, inter, scratch, wide):
+def _sum_local(chunk, src, dst, scale, pre, scratch, wide, write_back):
+    """Sum my share of ``chunk`` over the node's ranks into my segment (and my gradients if ``write_back``)."""
     for j, a, b, acc, terms in chunk.own:
         mine = src[j][a:b]
         if pre or mine.dtype != acc.dtype:
@@ -307,11 +341,7 @@ def _reduce_own(chunk, src, dst, scale, pre, inter, scratch, wide):
             numpy.add(ordered[0], ordered[1], out=acc)
             for t in ordered[2:]:
                 numpy.add(acc, t, out=acc)
-        if inter is None:
-            _write_back(dst[j][a:b], acc, scale, pre)
-    if inter is not None and chunk.own_region.size:
-        _grad._sum_in_place(inter, chunk.own_region)
-        for j, a, b, acc, _ in chunk.own:
+        if write_back:
             _write_back(dst[j][a:b], acc, scale, pre)
 
 
@@ -330,6 +360,8 @@ def _write_back(dst, total, scale, pre):
         numpy.multiply(total, scale, out=dst, casting='unsafe')
 
 
-def _unpack(chunk, g, scale, pre):
+def _unpack(chunk, g, scale, pre, poke):
     for j, a, b, src in chunk.unpack:
         _write_back(g[j][a:b], src, scale, pre)
+        if poke is not None:
+            poke()

@@ -1,0 +1,282 @@
+"""Stream host arrays through a few reused buffers, so that packing and unpacking overlap the transfer.
+
+A collective over many arrays is cut into *pieces* of at most ``chunk`` elements: a slice of
+one large array (communicated in place) or a buffer packed with slices of small arrays.  Every
+piece goes through the same fixed schedule: *prepare* (pack, cast, scale), one or two
+nonblocking MPI collectives with CPU work between them, *finish* (unpack, scale).  While
+piece ``t`` is on the wire the CPU prepares piece ``t + 1`` and finishes earlier pieces,
+testing the outstanding requests between slices of that work so that MPI keeps moving bytes.
+
+The schedule does not depend on timing: at tick ``t`` every rank starts phase 1 of piece
+``t``, then phase 2 of piece ``t - 1``, and finishes piece ``t - LAG``, so every rank starts
+the nonblocking collectives in the same order, as MPI requires.
+"""
+
+import collections
+
+import numpy
+
+from chainermn_comm import _half
+
+__all__ = ['Piece', 'cut', 'run', 'SumOp', 'HalfSumOp', 'BcastOp', 'POKE_ELEMS']
+
+#: Elements of CPU work between two tests of the outstanding requests.
+POKE_ELEMS = 1 << 17
+
+
+class Piece:
+    """One message: a slice of one array sent in place, or slices of several sent packed."""
+
+    __slots__ = ('segs', 'direct', 'n')
+
+    def __init__(self, segs, direct, n):
+        self.segs = segs      # (flat array, start, length, offset in the piece)
+        self.direct = direct  # the in-place view, or None when the piece is packed
+        self.n = n
+
+
+def cut(flat_arrays, chunk, in_place):
+    """Cut ``flat_arrays`` into pieces of at most ``chunk`` elements.
+
+    ``in_place(a)`` says whether array ``a`` is sent in place, slice by slice; the others are
+    laid end to end into packed pieces.  In-place pieces come first, in array order, then the
+    packed ones, so the cut depends only on the arrays' sizes and dtypes.
+    """
+    direct, packed = [], []
+    for a in flat_arrays:
+        if in_place(a):
+            for s in range(0, a.size, chunk):
+                view = a[s:s + chunk]
+                direct.append(Piece([(a, s, view.size, 0)], view, view.size))
+    segs, fill = [], 0
+    for a in flat_arrays:
+        if in_place(a):
+            continue
+        start = 0
+        while start < a.size:
+            take = min(chunk - fill, a.size - start)
+            segs.append((a, start, take, fill))
+            fill += take
+            start += take
+            if fill == chunk:
+                packed.append(Piece(segs, None, fill))
+                segs, fill = [], 0
+    if fill:
+        packed.append(Piece(segs, None, fill))
+    return direct + packed
+
+
+class _Poker:
+    """Test the outstanding requests now and then, so that MPI progresses during CPU work."""
+
+    __slots__ = ('reqs',)
+
+    def __init__(self):
+        self.reqs = []
+
+    def __call__(self):
+        if self.reqs:
+            from mpi4py import MPI
+            MPI.Request.Testall(self.reqs)
+
+    def apply(self, fn, dst, src):
+        """Call ``fn(dst, src)`` slice by slice, testing the requests in between."""
+        n = dst.size
+        if n <= POKE_ELEMS:
+            fn(dst, src)
+            self()
+            return
+        for s in range(0, n, POKE_ELEMS):
+            fn(dst[s:s + POKE_ELEMS], src[s:s + POKE_ELEMS])
+            self()
+
+
+def run(pieces, op, nslots):
+    """Run ``op`` over ``pieces`` with up to ``nslots`` pieces alive at once (at least ``op.LAG + 1``).
+
+    Pieces sent in place have nothing to pack, so they have no copy to hide: each goes first,
+    in one blocking call (on a 2-core cluster of namespaces MPICH's blocking all-reduce of
+    in-place slices measured 10-20% faster than the same slices in flight two at a time).
+    """
+    if nslots < op.LAG + 1:
+        raise ValueError('the schedule needs {} slots; got {}'.format(op.LAG + 1, nslots))
+    packed = []
+    for p in pieces:
+        if p.direct is None:
+            packed.append(p)
+        else:
+            op.blocking(p)
+    pieces = packed
+    poke = _Poker()
+    live = collections.deque()  # [piece, slot, data, request], oldest first
+    total = len(pieces)
+    for t in range(total + op.LAG):
+        if t < total:
+            p = pieces[t]
+            slot = t % nslots
+            data = p.direct if p.direct is not None else op.buffer(slot)[:p.n]
+            op.prepare(p, data, poke)
+            entry = [p, slot, data, op.start(1, p, slot, data)]
+            live.append(entry)
+            poke.reqs.append(entry[3])
+        if op.PHASES == 2 and 1 <= t <= total:
+            entry = live[-2] if t < total else live[-1]
+            entry[3].Wait()
+            op.middle(entry[0], entry[1], entry[2], poke)
+            entry[3] = op.start(2, entry[0], entry[1], entry[2])
+            poke.reqs = [e[3] for e in live]
+        if t >= op.LAG:
+            p, slot, data, req = live.popleft()
+            req.Wait()
+            poke.reqs = [e[3] for e in live]
+            op.finish(p, data, poke)
+
+
+class _Op:
+    """What a collective does with each piece; subclasses fill in the phases."""
+
+    PHASES = 1
+    LAG = 2
+
+    def __init__(self, comm, dtype, chunk, nslots):
+        self.comm = comm
+        self.dtype = dtype
+        self.chunk = chunk
+        self._bufs = [None] * nslots
+
+    def buffer(self, slot):
+        buf = self._bufs[slot]
+        if buf is None:
+            buf = self._bufs[slot] = numpy.empty(self.chunk, dtype=self.dtype)
+        return buf
+
+    def prepare(self, piece, data, poke):
+        pass
+
+    def blocking(self, piece):
+        raise NotImplementedError('{} sends no piece in place'.format(type(self).__name__))
+
+    def middle(self, piece, slot, data, poke):
+        pass
+
+    def finish(self, piece, data, poke):
+        pass
+
+
+def _copy(dst, src):
+    numpy.copyto(dst, src, casting='unsafe')
+
+
+class SumOp(_Op):
+    """Average over ranks: pack, ``Iallreduce`` in place, unpack scaled by ``scale``."""
+
+    def __init__(self, comm, dtype, chunk, nslots, scale):
+        super().__init__(comm, dtype, chunk, nslots)
+        self.scale = scale
+
+        def scaled(dst, src, s=scale):
+            numpy.multiply(src, s, out=dst, casting='unsafe')
+        self._scaled = scaled
+
+    def prepare(self, piece, data, poke):
+        if piece.direct is None:
+            for a, s, n, off in piece.segs:
+                poke.apply(_copy, data[off:off + n], a[s:s + n])
+
+    def start(self, phase, piece, slot, data):
+        from mpi4py import MPI
+        return self.comm.Iallreduce(MPI.IN_PLACE, data, MPI.SUM)
+
+    def blocking(self, piece):
+        from mpi4py import MPI
+        view = piece.direct
+        self.comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
+        numpy.multiply(view, self.scale, out=view)  # while the slice is still in cache
+
+    def finish(self, piece, data, poke):
+        for a, s, n, off in piece.segs:
+            poke.apply(self._scaled, a[s:s + n], data[off:off + n])
+
+
+class HalfSumOp(_Op):
+    """Average in float16 on the wire, summed in float32 (see ``_half``): two phases per piece.
+
+    Phase 1 hands every rank all ranks' copies of its segment of the piece (``Ialltoallv``);
+    between the phases the owner adds them in float32 in rank order and rounds once; phase 2
+    gathers the segments back (``Iallgatherv``).  Values are scaled by ``scale`` as they are
+    packed, before the cast, so that sums cannot overflow.
+    """
+
+    PHASES = 2
+    LAG = 3
+
+    def __init__(self, comm, chunk, nslots, scale):
+        super().__init__(comm, numpy.dtype(numpy.float16), chunk, nslots)
+        self.scale = scale
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+        share = chunk // self.size + 1
+        self._parts = [None] * nslots
+        self._share = share
+        self._wide = numpy.empty(share, dtype=numpy.float32)
+        self._layouts = {}
+
+        def pack(dst, src, s=scale):
+            _half.scale_into(dst, src, s)
+        self._pack = pack
+
+    def _layout(self, n):
+        lay = self._layouts.get(n)
+        if lay is None:
+            lay = self._layouts[n] = _half.Layout(n, self.size, self.rank)
+        return lay
+
+    def _parts_of(self, slot):
+        parts = self._parts[slot]
+        if parts is None:
+            parts = self._parts[slot] = numpy.empty(self.size * self._share, dtype=numpy.float16)
+        return parts
+
+    def prepare(self, piece, data, poke):
+        for a, s, n, off in piece.segs:
+            poke.apply(self._pack, data[off:off + n], a[s:s + n])
+
+    def start(self, phase, piece, slot, data):
+        lay = self._layout(data.size)
+        if phase == 1:
+            parts = self._parts_of(slot)[:lay.mine * self.size]
+            return _half.start_exchange(self.comm, data, lay, parts)
+        return _half.start_gather(self.comm, data, lay)
+
+    def middle(self, piece, slot, data, poke):
+        _half.add_own(data, self._layout(data.size), self._parts_of(slot), self._wide, self.rank)
+        poke()
+
+    def finish(self, piece, data, poke):
+        for a, s, n, off in piece.segs:
+            poke.apply(_copy, a[s:s + n], data[off:off + n])
+
+
+class BcastOp(_Op):
+    """Broadcast from ``root``: the root packs, everyone ``Ibcast``s, the others unpack."""
+
+    def __init__(self, comm, dtype, chunk, nslots, root):
+        super().__init__(comm, dtype, chunk, nslots)
+        self.root = root
+        self.is_root = comm.Get_rank() == root
+
+    def prepare(self, piece, data, poke):
+        if self.is_root and piece.direct is None:
+            for a, s, n, off in piece.segs:
+                poke.apply(_copy, data[off:off + n], a[s:s + n])
+
+    def start(self, phase, piece, slot, data):
+        return self.comm.Ibcast(data, root=self.root)
+
+    def blocking(self, piece):
+        self.comm.Bcast(piece.direct, root=self.root)
+
+    def finish(self, piece, data, poke):
+        if not self.is_root and piece.direct is None:
+            for a, s, n, off in piece.segs:
+                poke.apply(_copy, a[s:s + n], data[off:off + n])
