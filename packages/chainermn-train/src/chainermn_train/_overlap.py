@@ -31,9 +31,10 @@ Within a node (and across two nodes) each element is summed in the same rank ord
 the plain path, so the result has the same bits as ``backward`` followed by
 ``multi_node_mean_grad``.  CuPy gradients on a communicator that averages with one NCCL
 communicator (``pure_nccl``, ``single_node``) are averaged on a side CUDA stream instead
-(:mod:`chainermn_train._overlap_device`).  Where the gradients are neither, are not all of
-one dtype, or ``allreduce_grad_dtype`` asks for another dtype, ``run_backward`` runs the
-plain path.
+(:mod:`chainermn_train._overlap_device`).  Where the gradients are neither or are not all of
+one dtype, ``run_backward`` runs the plain path.  With ``allreduce_grad_dtype`` (e.g.
+float16) the buckets cross the network in that dtype, scaled, summed in float32 and cast
+back, exactly as ``multi_node_mean_grad`` does it.
 """
 
 import os
@@ -155,7 +156,7 @@ class BackwardOverlap:
             run = _overlap_device.DeviceRun(layout, group, 1.0 / self._mpi_comm.Get_size(),
                                             self._side_stream())
         else:
-            run = _Run(layout, self._reducer, self.mode)
+            run = _Run(layout, self._reducer, self.mode, self._wire_dtype())
         if guard is None:
             self._run(run, loss, backward_kwargs, params, layout, index, consumers, count)
         else:
@@ -193,11 +194,12 @@ class BackwardOverlap:
         dtypes = {p.array.dtype for p in params}
         if len(dtypes) != 1:
             return None
-        dtype = dtypes.pop()
+        return dtypes.pop()
+
+    def _wire_dtype(self):
+        """Return the dtype the sums run in: ``allreduce_grad_dtype`` if set, else None (the params')."""
         wanted = getattr(self.communicator, 'allreduce_grad_dtype', None)
-        if wanted is not None and numpy.dtype(wanted) != dtype:
-            return None
-        return dtype
+        return None if wanted is None else numpy.dtype(wanted)
 
     def _layout_for(self, params, order, dtype, device=False):
         key = (dtype.str, tuple(order), tuple(p.array.shape for p in params))
@@ -280,9 +282,10 @@ class _Layout:
 class _Run(_buckets.BucketFill):
     """One call: fill buckets from the main thread, average them in a background thread."""
 
-    def __init__(self, layout, reducer, mode):
+    def __init__(self, layout, reducer, mode, wire_dtype=None):
         super().__init__(layout)
         self.reducer = reducer
+        self.wire_dtype = wire_dtype
         self.mode = mode
         self.threaded = mode == 'thread'
         self.ready = [threading.Event() for _ in layout.buckets]
@@ -308,7 +311,7 @@ class _Run(_buckets.BucketFill):
         """Average buckets ``first`` to ``last`` (default: just ``first``) in one pass."""
         members = [i for b in range(first, (first if last is None else last) + 1)
                    for i in self.layout.buckets[b]]
-        self.reducer.mean([self.grads[i] for i in members],
+        self.reducer.mean([self.grads[i] for i in members], dtype=self.wire_dtype,
                           out=[self.layout.flat_views[i] for i in members])
         for i in members:
             self.grads[i] = None

@@ -107,6 +107,26 @@ def test_gradients_are_averaged_during_backward():
     ov.free()
 
 
+@pytest.mark.parametrize('mode', ['thread', 'inline'])
+def test_float16_wire_is_averaged_during_backward_with_the_plain_bits(monkeypatch, mode):
+    from chainermn_train import _overlap
+    monkeypatch.setenv(_overlap.MODE_ENV, mode)
+    comm = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=numpy.float16)
+    a, b, x = _pair(comm, numpy.float32, 7)
+    a.cleargrads()
+    F.sum(a(x) ** 2).backward()
+    comm.multi_node_mean_grad(a, zero_fill=True)
+    ov = BackwardOverlap(comm, b, bucket_bytes=1)  # one bucket per parameter
+    b.cleargrads()
+    ov.run_backward(F.sum(b(x) ** 2))
+    if comm.size > 1:
+        assert ov.early_params == 4  # l1 and l2 went over the wire in float16 during backward
+    for (n, pa), (_, pb) in zip(sorted(a.namedparams()), sorted(b.namedparams())):
+        assert pb.grad.dtype == numpy.float32
+        assert numpy.array_equal(pa.grad, pb.grad), n
+    ov.free()
+
+
 class _WaitForBucket(chainer.FunctionNode):
     """Identity whose backward waits until the background thread has averaged a bucket."""
 
