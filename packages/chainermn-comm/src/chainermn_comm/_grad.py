@@ -100,6 +100,8 @@ class ChunkedReducer:
         self.mpi_comm = mpi_comm
         self.chunk_bytes = int(chunk_bytes)
         self.direct_bytes = int(direct_bytes)
+        #: Wait for transfers sleeping between tests instead of spinning (see ``_stream.run``).
+        self.polite = False
         self._ops = {}
 
     def _op(self, kind, dtype, arg):
@@ -141,7 +143,7 @@ class ChunkedReducer:
                 def in_place(a, d=red_dtype):
                     return a.dtype == d and a.nbytes >= direct
                 pieces = _stream.cut(group, op.chunk, in_place)
-            _stream.run(pieces, op, self.SLOTS)
+            _stream.run(pieces, op, self.SLOTS, self.polite)
 
     def bcast(self, arrays, root=0):
         """Overwrite the C-contiguous host ``arrays`` on every rank with root's values."""
@@ -151,7 +153,7 @@ class ChunkedReducer:
         for red_dtype, group in _group_by_dtype(arrays, None):
             op = self._op('bcast', red_dtype, root)
             pieces = _stream.cut(group, op.chunk, lambda a: a.nbytes >= direct)
-            _stream.run(pieces, op, self.SLOTS)
+            _stream.run(pieces, op, self.SLOTS, self.polite)
 
 
 def _never(a):

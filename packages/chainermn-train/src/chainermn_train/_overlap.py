@@ -120,6 +120,9 @@ class BackwardOverlap:
         #: When host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
         self._setting = _mode_setting()  # MODE_ENV as set (may be empty), read once
         self.mode = _pick_mode(topology.intra_size, self._setting)
+        # The background thread waits for the wire sleeping, not spinning in MPI: backward
+        # needs the core while a slow link carries the buckets.
+        self._reducer.chunked.polite = self.mode == 'thread'
         self._stream = None  # the side CUDA stream of the device path, made on first use
         self._layout = None
         self._code = _backprop_frame_code()
