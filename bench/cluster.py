@@ -350,7 +350,8 @@ def main(argv=None):
     p.add_argument('--iter-links', default='1', help='link rates at which whole iterations run')
     p.add_argument('--iters', type=int, default=None, help='timed iterations (default 5 full, 2 tiny)')
     p.add_argument('--batch', type=int, default=None,
-                   help='ResNet-50 batch per rank, 64x64 images (default 32 full: compute and the 1 Gbit/s average of the same order; tiny: a small ResNet)')
+                   help='ResNet-50 batch per rank, 64x64 images (default 32 full: compute and the '
+                        '1 Gbit/s average of the same order; tiny: a small ResNet)')
     p.add_argument('--timeout', type=float, default=1800, help='hard limit per MPI job, seconds')
     p.add_argument('--no-plot', dest='plot', action='store_false', help='skip the PNG (no matplotlib)')
     p.add_argument('--out-dir', default=os.path.join(HERE, 'cluster_results'))
