@@ -13,7 +13,7 @@ import os
 
 import numpy
 
-from chainermn_comm import _half, _stream
+from chainermn_comm import _stream
 from chainermn_comm._guard import number_from_env, stable_code
 
 __all__ = ['ChunkedReducer', 'collect_params', 'params_key', 'params_signature',
@@ -158,15 +158,6 @@ class ChunkedReducer:
 
 def _never(a):
     return False
-
-
-def _sum_in_place(comm, view):
-    """Sum ``view`` over all ranks in place; float16 is added in float32 and rounded once."""
-    from mpi4py import MPI
-    if view.dtype == numpy.float16:
-        _half.sum_in_place(comm, view)
-        return
-    comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
 
 
 def _group_by_dtype(arrays, dtype):

@@ -11,7 +11,7 @@ bandwidth-optimal all-reduce, and every rank ends with the same bits.
 
 import numpy
 
-__all__ = ['sum_in_place', 'scale_into', 'Layout', 'start_exchange', 'add_own', 'start_gather',
+__all__ = ['scale_into', 'Layout', 'start_exchange', 'add_own', 'start_gather',
            'InFlightSum']
 
 
@@ -108,23 +108,12 @@ class InFlightSum:
         self.req = start_gather(self.comm, self._view, self._lay)
         self._lay = None
 
+    def poke(self):
+        """Let MPI move the sum on (call between pieces of CPU work)."""
+        if self.req is not None:
+            self.req.Test()
+
     def wait(self):
         self.step()
         self.req.Wait()
         self.req = self._view = None
-
-
-def sum_in_place(comm, view):
-    """Sum the C-contiguous float16 ``view`` over every rank of ``comm``, in place."""
-    size = comm.Get_size()
-    if size == 1 or view.size == 0:
-        return
-    if view.dtype != numpy.float16:
-        raise TypeError('sum_in_place needs a float16 array; got {}'.format(view.dtype))
-    rank = comm.Get_rank()
-    flat = view.reshape(-1)
-    lay = Layout(flat.size, size, rank)
-    parts = numpy.empty(lay.mine * size, dtype=numpy.float16)
-    start_exchange(comm, flat, lay, parts).Wait()
-    add_own(flat, lay, parts, numpy.empty(lay.mine, dtype=numpy.float32), rank)
-    start_gather(comm, flat, lay).Wait()

@@ -196,7 +196,7 @@ class _Shared:
         from mpi4py import MPI
         self.local = comm.Split(topo.node_id, comm.Get_rank())
         self.inter = comm.Split(topo.intra_rank, comm.Get_rank()) if topo.inter_size > 1 else None
-        self.flight = _Flight(self.inter) if self.inter is not None else None
+        self.flight = _half.InFlightSum(self.inter) if self.inter is not None else None
         self.local_rank = self.local.Get_rank()
         self.local_size = self.local.Get_size()
         # Room for one share of one chunk (the window holds two chunks per rank), and for
@@ -294,15 +294,6 @@ def _make_plan(sizes, chunk_elems, nlocal, me, segments):
             j += 1
         plan.append(chunk)
     return plan
-
-
-class _Flight(_half.InFlightSum):
-    """The cross-node sum of my share of a chunk, in flight while the CPU works on others."""
-
-    def poke(self):
-        """Let MPI move the cross-node sum on (call between pieces of CPU work)."""
-        if self.req is not None:
-            self.req.Test()
 
 
 def _stage(chunk, g, scale, pre, poke):
