@@ -34,7 +34,10 @@ CHUNK = 4 * 1024 * 1024
 OURS_FP16 = 'ours_naive_fp16_multi_node_mean_grad'
 
 
-def _timeit(comm, fn):
+def _timeit(comm, fn, settle=0.0):
+    if settle:
+        # Leave the link idle first, so a shaper's token bucket (tbf) is full at every start.
+        time.sleep(settle)
     comm.Barrier()
     t0 = time.perf_counter()
     fn()
@@ -161,7 +164,7 @@ def run(args):
             order = list(names)
             random.Random(1000 + r).shuffle(order)  # same order on every rank
             for n in order:
-                dt = _timeit(comm, cont[n])
+                dt = _timeit(comm, cont[n], args.settle)
                 if r >= args.warmup:
                     times[n].append(dt)
         entry = {'bytes': nbytes, 'arrays': len(shapes),
@@ -196,6 +199,8 @@ def main():
                         'where float16 casts meet subnormals)')
     p.add_argument('--gloo', action='store_true',
                    help='add PyTorch gloo contenders when torch is importable (ours mode)')
+    p.add_argument('--settle', type=float, default=0.0,
+                   help='seconds of idle link before each timed call (a tbf shaper refills its burst)')
     p.add_argument('--out', required=True)
     args = p.parse_args()
     if args.rounds is None:

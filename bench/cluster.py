@@ -86,7 +86,9 @@ def _job(cluster, argv, ranks_per_node, timeout, what):
 def _allreduce_jobs(cluster, nodes, k, args, work):
     tag = '{}x{}'.format(nodes, k)
     common = ['--size', args.size, '--models', args.models, '--rounds', str(args.rounds),
-              '--warmup', str(args.warmup), '--grad-scale', repr(args.grad_scale)]
+              '--warmup', str(args.warmup), '--grad-scale', repr(args.grad_scale),
+              # Every contender starts on a full token bucket: the tbf burst is 10 ms of link time.
+              '--settle', '0.03']
     ours_out = os.path.join(work, 'ours.json')
     only = [OURS, OURS_FP16, PER_ARRAY, FLOOR] + list(GLOO)
     _job(cluster, [os.path.join(HERE, 'allreduce_bench.py')] + common

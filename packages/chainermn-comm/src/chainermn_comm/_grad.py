@@ -100,7 +100,8 @@ class ChunkedReducer:
         self.mpi_comm = mpi_comm
         self.chunk_bytes = int(chunk_bytes)
         self.direct_bytes = int(direct_bytes)
-        #: Wait for transfers sleeping between tests instead of spinning (see ``_stream.run``).
+        #: Wait for transfers sleeping between tests instead of spinning (see ``_stream.run``):
+        #: False, True (the shortest pause) or a ``_stream.Pacer`` (a pause fitted to the link).
         self.polite = False
         self._ops = {}
 

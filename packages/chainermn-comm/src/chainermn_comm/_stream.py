@@ -20,18 +20,49 @@ import numpy
 from chainermn_comm import _half
 
 __all__ = ['Piece', 'cut', 'run', 'SumOp', 'HalfSumOp', 'BcastOp', 'POKE_ELEMS', 'POLITE_PAUSE',
-           'polite_wait']
+           'MAX_PAUSE', 'POLL_BYTES', 'Pacer', 'polite_wait']
 
 #: Elements of CPU work between two tests of the outstanding requests.
 POKE_ELEMS = 1 << 17
-#: Seconds a polite wait sleeps between two tests of a request.
+#: Seconds a polite wait sleeps between two tests of a request (the shortest pause).
 POLITE_PAUSE = 2e-5
+#: The longest pause: MPI moves bytes only while it is tested, and 1 ms pauses halved the
+#: rate of a 1 Gbit/s link.
+MAX_PAUSE = 5e-4
+#: Bytes a paced wait lets the fastest rate seen so far carry between two tests.
+POLL_BYTES = 64 * 1024
 
 
 def polite_wait(req, pause=POLITE_PAUSE):
     """Wait for ``req`` sleeping between tests, so the core is left to other threads (MPI would spin)."""
     while not req.Test():
         time.sleep(pause)
+
+
+class Pacer:
+    """Choose the pause of polite waits from the fastest transfer seen: about ``POLL_BYTES`` per test.
+
+    Every test costs the waiting thread a wake-up and the computing thread a hand-over of the
+    interpreter lock, so on a slow link fewer tests leave more of the core to the computation.
+    The rate only ratchets up (a slow call, e.g. one that waited for another rank, never
+    lengthens the pause), and the pause stays within ``POLITE_PAUSE`` and ``MAX_PAUSE``.
+    """
+
+    __slots__ = ('rate',)
+
+    def __init__(self):
+        self.rate = 0.0  # bytes per second, fastest seen; 0: nothing seen yet
+
+    def pause(self):
+        """Return the seconds to sleep between two tests."""
+        if self.rate <= 0.0:
+            return POLITE_PAUSE
+        return min(MAX_PAUSE, max(POLITE_PAUSE, POLL_BYTES / self.rate))
+
+    def observe(self, nbytes, seconds):
+        """Record that ``nbytes`` went through in ``seconds``."""
+        if seconds > 0.0 and nbytes > 0:
+            self.rate = max(self.rate, nbytes / seconds)
 
 
 def _wait(req):
@@ -113,11 +144,24 @@ def run(pieces, op, nslots, polite=False):
     as the same slices in flight two at a time).  With ``polite`` every piece is nonblocking
     and waits sleep between tests (:func:`polite_wait`): for a thread that averages while
     another computes, so that MPI's spinning does not take the core the computation needs.
+    ``polite`` may be a :class:`Pacer`, which then sets the pause and learns this call's rate
+    (one-phase ops only: between the two phases of float16 the owner's adds wait for the
+    first, so long pauses there stall the wire; those waits keep the shortest pause).
     """
     if nslots < op.LAG + 1:
         raise ValueError('the schedule needs {} slots; got {}'.format(op.LAG + 1, nslots))
-    wait = polite_wait if polite else _wait
-    if not polite:
+    if isinstance(polite, Pacer) and op.PHASES == 1:
+        t0 = time.perf_counter()
+        pause = polite.pause()
+        _schedule(pieces, op, nslots, lambda req: polite_wait(req, pause), False)
+        polite.observe(sum(p.n for p in pieces) * op.dtype.itemsize, time.perf_counter() - t0)
+        return
+    _schedule(pieces, op, nslots, polite_wait if polite else _wait, not polite)
+
+
+def _schedule(pieces, op, nslots, wait, blocking_direct):
+    """Run the fixed schedule of ``run``; ``blocking_direct``: in-place pieces go first, blocking."""
+    if blocking_direct:
         packed = []
         for p in pieces:
             if p.direct is None:

@@ -5,6 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from chainermn_comm import _grad
+from chainermn_comm import _stream
 
 COMM = MPI.COMM_WORLD
 
@@ -68,6 +69,29 @@ def test_paths_give_identical_bits():
         for other in results[1:]:
             for a, b in zip(results[0], other):
                 assert numpy.array_equal(a, b)
+
+
+@pytest.mark.parametrize('red', [None, numpy.float16])
+def test_polite_and_paced_waits_give_the_blocking_result(red):
+    pacer = _stream.Pacer()
+    results = []
+    for polite in (False, True, pacer, pacer):  # the second paced call sleeps the learnt pause
+        arrays = _arrays(COMM.Get_rank() + 3, numpy.float32, SHAPES)
+        r = _grad.ChunkedReducer(COMM, chunk_bytes=256, direct_bytes=128)
+        r.polite = polite
+        r.mean(arrays, dtype=red)
+        results.append(arrays)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            if red is not None or COMM.Get_size() <= 2:  # our float32 adds, or two summands
+                assert numpy.array_equal(a, b)
+            else:  # MPI's blocking and nonblocking sums may add three ranks in another order
+                numpy.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    if red is not None or COMM.Get_size() == 1:
+        assert pacer.rate == 0  # float16's two phases keep the shortest pause; one rank sends nothing
+    else:
+        assert pacer.rate > 0
+        assert _stream.POLITE_PAUSE <= pacer.pause() <= _stream.MAX_PAUSE
 
 
 def test_mean_reuses_buffer_and_ignores_single_rank():

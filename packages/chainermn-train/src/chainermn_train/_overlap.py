@@ -48,6 +48,7 @@ from chainer import _backprop_utils
 
 from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
+from chainermn_comm import _stream
 from chainermn_comm import _topology
 from chainermn_comm._errors import CommunicationError
 from chainermn_train import _buckets
@@ -121,8 +122,9 @@ class BackwardOverlap:
         self._setting = _mode_setting()  # MODE_ENV as set (may be empty), read once
         self.mode = _pick_mode(topology.intra_size, self._setting)
         # The background thread waits for the wire sleeping, not spinning in MPI: backward
-        # needs the core while a slow link carries the buckets.
-        self._reducer.chunked.polite = self.mode == 'thread'
+        # needs the core while a slow link carries the buckets.  The pause fits the link's
+        # rate: every test takes the interpreter lock from backward for a moment.
+        self._reducer.chunked.polite = _stream.Pacer() if self.mode == 'thread' else False
         self._stream = None  # the side CUDA stream of the device path, made on first use
         self._layout = None
         self._code = _backprop_frame_code()
