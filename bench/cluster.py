@@ -84,11 +84,12 @@ def _job(cluster, argv, ranks_per_node, timeout, what):
 
 
 def _allreduce_jobs(cluster, nodes, k, args, work):
+    from chainermn.cluster._net import BURST_SECONDS
     tag = '{}x{}'.format(nodes, k)
     common = ['--size', args.size, '--models', args.models, '--rounds', str(args.rounds),
               '--warmup', str(args.warmup), '--grad-scale', repr(args.grad_scale),
-              # Every contender starts on a full token bucket: the tbf burst is 10 ms of link time.
-              '--settle', '0.03']
+              # Every contender starts on a full token bucket (three times its refill time).
+              '--settle', repr(3 * BURST_SECONDS)]
     ours_out = os.path.join(work, 'ours.json')
     only = [OURS, OURS_FP16, PER_ARRAY, FLOOR] + list(GLOO)
     _job(cluster, [os.path.join(HERE, 'allreduce_bench.py')] + common

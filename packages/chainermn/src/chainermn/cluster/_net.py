@@ -5,14 +5,16 @@ import json
 import os
 import subprocess
 
-__all__ = ['NetError', 'TEST_NET', 'ip', 'subnet', 'used_subnets', 'make_netns', 'make_bridge', 'add_node_link',
-           'set_link_rate', 'set_netem', 'set_link', 'link_counters', 'delete_link', 'delete_netns', 'netns_exists',
+__all__ = ['NetError', 'TEST_NET', 'BURST_SECONDS', 'ip', 'subnet', 'used_subnets', 'make_netns', 'make_bridge',
+           'add_node_link', 'set_link_rate', 'set_netem', 'set_link', 'link_counters', 'delete_link', 'delete_netns', 'netns_exists',
            'netem_available']
 
 #: The range reserved for network benchmark tests (RFC 2544); the only addresses a cluster uses.
 TEST_NET = ipaddress.ip_network('198.18.0.0/15')
 #: Name of a node's end of its veth inside the node.
 NODE_IFACE = 'eth0'
+#: Seconds of traffic at the link rate that a node's token bucket (tbf) lets through at once.
+BURST_SECONDS = 0.01
 
 
 class NetError(RuntimeError):
@@ -96,7 +98,7 @@ def set_link_rate(host_end, netns, gbit):
     """Limit both directions of a node's veth to ``gbit`` Gbit/s with a token bucket (``tbf``)."""
     rate = '{}mbit'.format(max(1, int(round(gbit * 1000))))
     # The bucket must hold at least one timer tick of traffic at this rate (HZ >= 100 -> 10 ms).
-    burst = max(64 * 1024, int(gbit * 1e9 / 8 / 100))
+    burst = max(64 * 1024, int(gbit * 1e9 / 8 * BURST_SECONDS))
     for ns in (None, netns):
         dev = host_end if ns is None else NODE_IFACE
         cmd = ['tc'] + (['-n', ns] if ns else []) + ['qdisc', 'replace', 'dev', dev, 'root', 'tbf',
