@@ -13,6 +13,7 @@ import os
 
 import numpy
 
+from chainermn_comm import _half
 from chainermn_comm import _stream
 from chainermn_comm._guard import number_from_env, stable_code
 
@@ -125,9 +126,11 @@ class ChunkedReducer:
 
         ``dtype`` is the dtype the reduction runs in (the arrays' own when None).
         Sums are scaled by ``1/size`` after the reduction; with 2-byte dtypes (float16)
-        the scaling happens before the cast and the reduction so that sums cannot
-        overflow, and float16 terms are added in float32 and rounded once (``_half``).  Either
-        way each element gets the same operations whichever path it takes.
+        the scaling happens before the cast and the reduction, together with a power of two
+        per array that the ranks agree on (``_half.shared_exponents``), so that sums cannot
+        overflow and small values stay normal; float16 terms are added in float32 and rounded
+        once (``_half``).  Either way each element gets the same operations whichever path it
+        takes.
         """
         size = self.mpi_comm.Get_size()
         if size == 1:
@@ -136,6 +139,9 @@ class ChunkedReducer:
         for red_dtype, group in _group_by_dtype(arrays, dtype):
             if red_dtype.itemsize == 2:
                 op = self._op('half', red_dtype, scale)
+                exps = _half.shared_exponents(self.mpi_comm, group,
+                                              _stream.polite_wait if self.polite else None)
+                op.use_factors(group, *_half.factors(exps, scale))
                 pieces = _stream.cut(group, op.chunk, _never)
             else:
                 op = self._op('sum', red_dtype, scale)

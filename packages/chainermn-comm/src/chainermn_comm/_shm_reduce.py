@@ -28,6 +28,7 @@ import os
 import numpy
 
 from chainermn_comm import _half
+from chainermn_comm import _stream
 from chainermn_comm._errors import CommunicationError
 
 __all__ = ['NodeReducer', 'SHM_ENV', 'SHM_CHUNK_ENV', 'DEFAULT_SHM_CHUNK_BYTES']
@@ -159,33 +160,38 @@ class NodeReducer:
         if not plan:
             return
         scale = 1.0 / self.mpi_comm.Get_size()
-        pre = red_dtype.itemsize == 2  # sums of float16 could overflow: scale first
+        if red_dtype.itemsize == 2:  # scale before the cast: a power of two per array (``_half``)
+            exps = _half.shared_exponents(self.mpi_comm, src,
+                                          _stream.polite_wait if self.chunked.polite else None)
+            ups, downs = _half.factors(exps, scale)
+        else:
+            ups, downs = None, [scale] * len(src)
         sync = state.sync
-        _stage(plan[0], src, scale, pre, None)
+        _stage(plan[0], src, ups, None)
         sync()
         scratch = state.scratch(red_dtype)
-        wide = state.wide() if pre else None
+        wide = state.wide() if ups is not None else None
         flight = state.flight
         poke = flight.poke if flight is not None else None
         prev = None
         for k, chunk in enumerate(plan):
-            _sum_local(chunk, src, dst, scale, pre, scratch, wide, flight is None)
+            _sum_local(chunk, src, dst, ups, downs, scratch, wide, flight is None)
             busy = flight is not None and chunk.own_region.size > 0
             if busy:  # the link carries my share while the CPU stages and unpacks
                 flight.start(chunk.own_region)
             if k + 1 < len(plan):
-                _stage(plan[k + 1], src, scale, pre, poke if busy else None)
+                _stage(plan[k + 1], src, ups, poke if busy else None)
             if busy:
                 flight.step()
             if prev is not None:
-                _unpack(prev, dst, scale, pre, poke if busy else None)
+                _unpack(prev, dst, downs, ups is not None, poke if busy else None)
             if busy:
                 flight.wait()
                 for j, a, b, acc, _ in chunk.own:
-                    _write_back(dst[j][a:b], acc, scale, pre)
+                    _write_back(dst[j][a:b], acc, downs[j], ups is not None)
             sync()
             prev = chunk
-        _unpack(prev, dst, scale, pre, None)
+        _unpack(prev, dst, downs, ups is not None, None)
         sync()  # nobody stages the next group or call while a peer still reads this one
 
 
@@ -296,10 +302,11 @@ def _make_plan(sizes, chunk_elems, nlocal, me, segments):
     return plan
 
 
-def _stage(chunk, g, scale, pre, poke):
-    if pre:
+def _stage(chunk, g, ups, poke):
+    """Copy the parts of ``chunk`` that peers own into my segment (times ``ups[j]`` for float16)."""
+    if ups is not None:
         for j, a, b, dst in chunk.stage:
-            _half.scale_into(dst, g[j][a:b], scale)
+            _half.scale_into(dst, g[j][a:b], ups[j])
             if poke is not None:
                 poke()
     else:
@@ -309,8 +316,9 @@ def _stage(chunk, g, scale, pre, poke):
                 poke()
 
 
-def _sum_local(chunk, src, dst, scale, pre, scratch, wide, write_back):
+def _sum_local(chunk, src, dst, ups, downs, scratch, wide, write_back):
     """Sum my share of ``chunk`` over the node's ranks into my segment (and my gradients if ``write_back``)."""
+    pre = ups is not None
     for j, a, b, acc, terms in chunk.own:
         mine = src[j][a:b]
         if pre or mine.dtype != acc.dtype:
@@ -318,7 +326,7 @@ def _sum_local(chunk, src, dst, scale, pre, scratch, wide, write_back):
             # peers' staged terms, without touching my gradient.
             mine_term = scratch[:b - a]
             if pre:
-                _half.scale_into(mine_term, mine, scale)
+                _half.scale_into(mine_term, mine, ups[j])
             else:
                 numpy.copyto(mine_term, mine, casting='unsafe')
         else:
@@ -333,7 +341,7 @@ def _sum_local(chunk, src, dst, scale, pre, scratch, wide, write_back):
             for t in ordered[2:]:
                 numpy.add(acc, t, out=acc)
         if write_back:
-            _write_back(dst[j][a:b], acc, scale, pre)
+            _write_back(dst[j][a:b], acc, downs[j], pre)
 
 
 def _sum_wide(terms, acc, wide):
@@ -344,15 +352,15 @@ def _sum_wide(terms, acc, wide):
     numpy.copyto(acc, wide, casting='unsafe')
 
 
-def _write_back(dst, total, scale, pre):
+def _write_back(dst, total, down, pre):
     if pre:
-        numpy.copyto(dst, total, casting='unsafe')
+        _half.unscale_into(dst, total, down)
     else:
-        numpy.multiply(total, scale, out=dst, casting='unsafe')
+        numpy.multiply(total, down, out=dst, casting='unsafe')
 
 
-def _unpack(chunk, g, scale, pre, poke):
+def _unpack(chunk, g, downs, pre, poke):
     for j, a, b, src in chunk.unpack:
-        _write_back(g[j][a:b], src, scale, pre)
+        _write_back(g[j][a:b], src, downs[j], pre)
         if poke is not None:
             poke()

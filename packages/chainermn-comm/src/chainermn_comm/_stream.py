@@ -265,8 +265,9 @@ class HalfSumOp(_Op):
 
     Phase 1 hands every rank all ranks' copies of its segment of the piece (``Ialltoallv``);
     between the phases the owner adds them in float32 in rank order and rounds once; phase 2
-    gathers the segments back (``Iallgatherv``).  Values are scaled by ``scale`` as they are
-    packed, before the cast, so that sums cannot overflow.
+    gathers the segments back (``Iallgatherv``).  Values are multiplied by ``scale`` and by
+    their array's power of two (:meth:`use_factors`) as they are packed, before the cast, and
+    divided by that power of two as they are unpacked.
     """
 
     PHASES = 2
@@ -282,10 +283,12 @@ class HalfSumOp(_Op):
         self._share = share
         self._wide = numpy.empty(share, dtype=numpy.float32)
         self._layouts = {}
+        self._up = self._down = {}
 
-        def pack(dst, src, s=scale):
-            _half.scale_into(dst, src, s)
-        self._pack = pack
+    def use_factors(self, arrays, ups, downs):
+        """Set, for the next ``run``, the factor of every array (those given to ``cut``) before and after the wire."""
+        self._up = {id(a): u for a, u in zip(arrays, ups)}
+        self._down = {id(a): d for a, d in zip(arrays, downs)}
 
     def _layout(self, n):
         lay = self._layouts.get(n)
@@ -301,7 +304,8 @@ class HalfSumOp(_Op):
 
     def prepare(self, piece, data, poke):
         for a, s, n, off in piece.segs:
-            poke.apply(self._pack, data[off:off + n], a[s:s + n])
+            up = self._up.get(id(a), self.scale)
+            poke.apply(lambda dst, src, k=up: _half.scale_into(dst, src, k), data[off:off + n], a[s:s + n])
 
     def start(self, phase, piece, slot, data):
         lay = self._layout(data.size)
@@ -316,7 +320,9 @@ class HalfSumOp(_Op):
 
     def finish(self, piece, data, poke):
         for a, s, n, off in piece.segs:
-            poke.apply(_copy, a[s:s + n], data[off:off + n])
+            down = self._down.get(id(a), 1.0)
+            poke.apply(lambda dst, src, k=down: _half.unscale_into(dst, src, k), a[s:s + n],
+                       data[off:off + n])
 
 
 class BcastOp(_Op):

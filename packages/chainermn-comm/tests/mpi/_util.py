@@ -1,11 +1,13 @@
 """Helpers shared by the per-rank test files (deterministic data, expected topology)."""
 
 import functools
+import math
 import os
 
 import numpy
 
-__all__ = ['NUMERIC', 'SENDABLE', 'make', 'assert_same', 'contig', 'expected_topology', 'reduce_expected']
+__all__ = ['NUMERIC', 'SENDABLE', 'make', 'assert_same', 'contig', 'expected_topology', 'reduce_expected',
+           'round_once', 'half_mean_expected']
 
 #: Every numeric dtype the communicators must handle (reductions included).
 NUMERIC = ('int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64',
@@ -60,3 +62,30 @@ def expected_topology(rank, size):
 def contig(a):
     """Return a C-contiguous copy of ``a`` with the same shape (0-d stays 0-d)."""
     return a.copy(order='C')
+
+
+def round_once(terms):
+    """Add float16 ``terms`` in float32 in the order given and round once to float16."""
+    total = terms[0].astype(numpy.float32)
+    for t in terms[1:]:
+        total = total + t.astype(numpy.float32)
+    return total.astype(numpy.float16)
+
+
+def half_mean_expected(per_rank, nodes=None):
+    """Return the float16-wire average of ``per_rank`` (one array per rank) bit for bit.
+
+    The ranks agree on a power of two ``2**e`` that puts the largest ``|value|`` just below
+    ``2**TOP_EXP``; each rank sends ``float16(x * 2**e / size)``; terms are added in float32
+    and rounded once per node in ``nodes`` (lists of ranks; one node when None), then once
+    across nodes; the result is multiplied by ``2**-e`` in float32.
+    """
+    from chainermn_comm._half import MAX_EXP, MIN_EXP, TOP_EXP
+    size = len(per_rank)
+    m = max((float(numpy.abs(x.astype(numpy.float64)).max()) for x in per_rank if x.size), default=0.0)
+    e = MAX_EXP if m == 0.0 else min(MAX_EXP, max(MIN_EXP, TOP_EXP - math.frexp(m)[1]))
+    up = numpy.float32(math.ldexp(1.0 / size, e))
+    terms = [(x.astype(numpy.float32) * up).astype(numpy.float16) for x in per_rank]
+    partial = [round_once([terms[q] for q in node]) for node in (nodes or [list(range(size))])]
+    total = partial[0] if len(partial) == 1 else round_once(partial)
+    return (total.astype(numpy.float32) * numpy.float32(math.ldexp(1.0, -e))).astype(per_rank[0].dtype)

@@ -7,6 +7,8 @@ from mpi4py import MPI
 from chainermn_comm import _grad
 from chainermn_comm import _stream
 
+from _util import half_mean_expected
+
 COMM = MPI.COMM_WORLD
 
 
@@ -121,14 +123,6 @@ def test_rejects_tiny_chunk():
         _grad.ChunkedReducer(COMM, chunk_bytes=8)
 
 
-def _round_once(terms):
-    """Add float16 ``terms`` in float32 in the order given and round once to float16."""
-    total = terms[0].astype(numpy.float32)
-    for t in terms[1:]:
-        total = total + t.astype(numpy.float32)
-    return total.astype(numpy.float16)
-
-
 @pytest.mark.parametrize('chunk_bytes,direct_bytes', [(64, 1 << 30), (256, 128), (4 << 20, 0)])
 @pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32])
 def test_half_mean_adds_in_float32_in_rank_order(chunk_bytes, direct_bytes, dtype):
@@ -140,12 +134,42 @@ def test_half_mean_adds_in_float32_in_rank_order(chunk_bytes, direct_bytes, dtyp
         if size == 1:
             assert numpy.array_equal(got, _arrays(3, dtype, SHAPES)[i])
             continue
-        terms = [(_arrays(r + 3, dtype, SHAPES)[i].astype(numpy.float32) * numpy.float32(1.0 / size))
-                 .astype(numpy.float16) for r in range(size)]
-        want = _round_once(terms).astype(dtype)
+        want = half_mean_expected([_arrays(r + 3, dtype, SHAPES)[i] for r in range(size)])
         assert got.dtype == numpy.dtype(dtype)
         assert numpy.array_equal(got, want), 'array {}: {} differ'.format(
             i, int(numpy.count_nonzero(got != want)))
+
+
+@pytest.mark.parametrize('magnitude', [1e-7, 1e-3, 1e5])
+def test_half_mean_keeps_float16_precision_at_any_magnitude(magnitude):
+    # Unscaled, 1e-7 gradients become float16 subnormals (absolute steps of 6e-8) and
+    # 1e5 ones overflow to inf once divided by the rank count; the shared power of two
+    # keeps both within float16's relative precision of the largest value.
+    size = COMM.Get_size()
+    per_rank = [[a * numpy.float32(magnitude) for a in _arrays(r + 7, numpy.float32, SHAPES)]
+                for r in range(size)]
+    arrays = [a.copy() for a in per_rank[COMM.Get_rank()]]
+    _grad.ChunkedReducer(COMM, chunk_bytes=4096, direct_bytes=1024).mean(arrays, dtype=numpy.float16)
+    for i, got in enumerate(arrays):
+        exact = sum(p[i].astype(numpy.float64) for p in per_rank) / size
+        top = max(float(numpy.abs(p[i]).max()) for p in per_rank)
+        assert numpy.all(numpy.isfinite(got)), i
+        numpy.testing.assert_allclose(got, exact, rtol=0, atol=top * 2.0 ** -10)
+        if size > 1:
+            assert numpy.array_equal(got, half_mean_expected([p[i] for p in per_rank]))
+
+
+def test_half_mean_lets_non_finite_values_through():
+    size, rank = COMM.Get_size(), COMM.Get_rank()
+    a = numpy.full(5000, 1e-3 * (rank + 1), dtype=numpy.float32)
+    if rank == 0:
+        a[5], a[7] = numpy.nan, numpy.inf
+    _grad.ChunkedReducer(COMM, chunk_bytes=4096, direct_bytes=1024).mean([a], dtype=numpy.float16)
+    assert numpy.isnan(a[5]) and a[7] == numpy.inf
+    rest = numpy.delete(a, [5, 7])
+    numpy.testing.assert_allclose(rest, 1e-3 * (size + 1) / 2, rtol=2.0 ** -9)
+    everyone = COMM.allgather(a)
+    assert all(numpy.array_equal(x, a, equal_nan=True) for x in everyone)
 
 
 @pytest.mark.parametrize('descending', [False, True])

@@ -10,6 +10,8 @@ from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 
+from _util import half_mean_expected
+
 COMM = MPI.COMM_WORLD
 SHAPES = [(3,), (17, 5), (0,), (1000,), (4, 4, 4), (), (2500,), (1,), (64, 33)]
 EXPECT_SHM = os.environ.get('EXPECT_SHM') == '1'
@@ -148,14 +150,6 @@ def test_mean_into_out_leaves_inputs_alone(chunk_bytes, dtype):
         r.mean(src, out=out[:-1])
 
 
-def _round_once(terms):
-    """Add float16 ``terms`` in float32 in the order given and round once to float16."""
-    total = terms[0].astype(numpy.float32)
-    for t in terms[1:]:
-        total = total + t.astype(numpy.float32)
-    return total.astype(numpy.float16)
-
-
 @pytest.mark.parametrize('chunk_bytes', [64, 4096, 1 << 20])
 @pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32])
 def test_half_mean_adds_in_float32(chunk_bytes, dtype):
@@ -168,12 +162,9 @@ def test_half_mean_adds_in_float32(chunk_bytes, dtype):
     per = int(os.environ.get('CHAINERMN_RANKS_PER_NODE') or size) if EXPECT_SHM else size
     nodes = [list(range(s, min(s + per, size))) for s in range(0, size, per)]
     for i, got in enumerate(arrays):
-        terms = [(_arrays(q + 11, dtype)[i].astype(numpy.float32) * numpy.float32(1.0 / size))
-                 .astype(numpy.float16) for q in range(size)]
-        partial = [_round_once([terms[q] for q in node]) for node in nodes]
-        want = partial[0] if len(partial) == 1 else _round_once(partial)
-        assert numpy.array_equal(got, want.astype(dtype)), 'array {}: {} of {} differ'.format(
-            i, int(numpy.count_nonzero(got != want.astype(dtype))), got.size)
+        want = half_mean_expected([_arrays(q + 11, dtype)[i] for q in range(size)], nodes)
+        assert numpy.array_equal(got, want), 'array {}: {} of {} differ'.format(
+            i, int(numpy.count_nonzero(got != want)), got.size)
 
 
 @pytest.mark.parametrize('descending', [False, True])

@@ -42,13 +42,18 @@ def check_double_buffering_support(communicator):
 
 
 class _Buffers:
-    """Host copies of a list of gradients, packed by reduction dtype."""
+    """Host copies of a list of gradients, laid end to end in one array of ``dtype``."""
 
-    def __init__(self, layout, red_dtype):
+    def __init__(self, layout, dtype):
         self.layout = layout  # [(shape, dtype)]
-        self.red_dtype = red_dtype
         total = sum(int(numpy.prod(s)) for s, _ in layout)
-        self.flat = numpy.empty(total, dtype=red_dtype)
+        self.flat = numpy.empty(total, dtype=dtype)
+        self.views = []  # one flat view per gradient: the reducer scales float16 per array
+        off = 0
+        for s, _ in layout:
+            n = int(numpy.prod(s))
+            self.views.append(self.flat[off:off + n])
+            off += n
 
     def pack(self, grads):
         off = 0
@@ -114,12 +119,12 @@ class DoubleBufferingReducer:
     def _new_buffers(self, params):
         layout = [(p.grad.shape, p.grad.dtype) for p in params]
         dtypes = {d for _, d in layout}
-        red = numpy.dtype(self._red_dtype) if self._red_dtype is not None else (
-            dtypes.pop() if len(dtypes) == 1 else numpy.dtype(numpy.float64))
-        return _Buffers(layout, red)
+        # Keep the gradients' own dtype on the host: a float16 wire is cast (and scaled) by the
+        # reducer, as in the plain path, rather than cast here unscaled.
+        return _Buffers(layout, dtypes.pop() if len(dtypes) == 1 else numpy.dtype(numpy.float64))
 
     def _reduce(self, bufs):
-        self._reducer.mean([bufs.flat])
+        self._reducer.mean(bufs.views, dtype=self._red_dtype)
 
     def _run(self, bufs):
         try:

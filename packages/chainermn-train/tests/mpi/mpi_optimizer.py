@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import _common  # noqa: E402
 
+import chainermn_comm  # noqa: E402
 import chainermn_train  # noqa: E402
 
 B = 3      # per-rank batch
@@ -161,6 +162,28 @@ def test_double_buffering_trajectory():
             numpy.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12,
                                           err_msg='iteration {} param {}'.format(k, name))
     mopt.finish()
+
+
+def test_double_buffering_float16_wire_gives_the_plain_bits():
+    # Gradients of 1e-7 are float16 subnormals unless scaled: double buffering must scale and
+    # cast per array as the plain path does, not cast its host copy unscaled.
+    from chainermn_train._double_buffer import DoubleBufferingReducer
+    base = _common.comm()
+    comm = chainermn_comm.create_communicator('naive', mpi_comm=base.mpi_comm,
+                                              allreduce_grad_dtype=numpy.float16)
+    models = [_common.make_model(7), _common.make_model(7)]
+    rng = numpy.random.RandomState(comm.rank)
+    for p in models[0].params():
+        p.grad = (rng.standard_normal(p.array.shape) * 1e-7).astype(p.array.dtype)
+    for pa, pb in zip(models[0].params(), models[1].params()):
+        pb.grad = pa.grad.copy()
+    DoubleBufferingReducer(comm).swap(models[0])  # the first swap averages at once
+    comm.multi_node_mean_grad(models[1])
+    for (name, pa), (_, pb) in zip(sorted(models[0].namedparams()), sorted(models[1].namedparams())):
+        assert pa.grad.dtype == pa.array.dtype, name
+        assert numpy.array_equal(pa.grad, pb.grad), name
+        if comm.size > 1:
+            assert numpy.count_nonzero(pa.grad) == pa.grad.size, name
 
 
 def test_different_models_on_the_ranks_raise_everywhere():
