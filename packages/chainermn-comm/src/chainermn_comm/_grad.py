@@ -113,7 +113,7 @@ class ChunkedReducer:
             chunk = max(1, self.chunk_bytes // dtype.itemsize)
             comm = self.mpi_comm
             if kind == 'half':
-                op = _stream.HalfSumOp(comm, chunk, self.SLOTS, arg)
+                op = _stream.HalfSumOp(comm, chunk, self.SLOTS)
             elif kind == 'sum':
                 op = _stream.SumOp(comm, dtype, chunk, self.SLOTS, arg)
             else:
@@ -127,7 +127,7 @@ class ChunkedReducer:
         ``dtype`` is the dtype the reduction runs in (the arrays' own when None).
         Sums are scaled by ``1/size`` after the reduction; with 2-byte dtypes (float16)
         the scaling happens before the cast and the reduction, together with a power of two
-        per array that the ranks agree on (``_half.shared_exponents``), so that sums cannot
+        per array that the ranks agree on (``_half.shared_factors``), so that sums cannot
         overflow and small values stay normal; float16 terms are added in float32 and rounded
         once (``_half``).  Either way each element gets the same operations whichever path it
         takes.
@@ -138,10 +138,9 @@ class ChunkedReducer:
         scale = 1.0 / size
         for red_dtype, group in _group_by_dtype(arrays, dtype):
             if red_dtype.itemsize == 2:
-                op = self._op('half', red_dtype, scale)
-                exps = _half.shared_exponents(self.mpi_comm, group,
-                                              _stream.polite_wait if self.polite else None)
-                op.use_factors(group, *_half.factors(exps, scale))
+                op = self._op('half', red_dtype, None)
+                op.use_factors(group, *_half.shared_factors(
+                    self.mpi_comm, group, scale, _stream.polite_wait if self.polite else None))
                 pieces = _stream.cut(group, op.chunk, _never)
             else:
                 op = self._op('sum', red_dtype, scale)

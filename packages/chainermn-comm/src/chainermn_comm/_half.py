@@ -9,7 +9,7 @@ segments.  Each rank sends and receives ``2 (N-1)/N`` of the array, the same byt
 bandwidth-optimal all-reduce, and every rank ends with the same bits.
 
 Before the cast every array is multiplied by a power of two that the ranks agree on
-(:func:`shared_exponents`): the largest ``|value|`` of the array over all ranks lands just
+(:func:`shared_factors`): the largest ``|value|`` of the array over all ranks lands just
 below ``2**TOP_EXP``.  Small gradients then stay normal float16 numbers instead of
 subnormals (which keep fewer digits, and which NumPy converts about 40 times slower), and
 large ones cannot overflow.  The exponent depends only on the array's values, not on how
@@ -23,7 +23,7 @@ import numpy
 
 __all__ = ['scale_into', 'Layout', 'start_exchange', 'add_own', 'start_gather',
            'InFlightSum', 'TOP_EXP', 'MIN_EXP', 'MAX_EXP', 'local_exponents',
-           'shared_exponents', 'factors', 'unscale_into']
+           'shared_factors', 'factors']
 
 #: A prescaled array's largest ``|value|`` is below ``2**TOP_EXP``, so the sum over all
 #: ranks (each term divided by the rank count) stays far below float16's largest, 65504.
@@ -33,8 +33,8 @@ MIN_EXP, MAX_EXP = -100, 100
 
 
 def scale_into(dst, src, scale):
-    """Write ``src * scale`` into ``dst``, multiplying in float32 (at least) and rounding once."""
-    wide = numpy.float64 if src.dtype == numpy.float64 else numpy.float32
+    """Write ``src * scale`` into ``dst``, multiplying in float32 (float64 if either is) and rounding once."""
+    wide = numpy.float64 if numpy.float64 in (src.dtype, dst.dtype) else numpy.float32
     numpy.multiply(src, scale, out=dst, dtype=wide, casting='unsafe')
 
 
@@ -58,10 +58,11 @@ def local_exponents(arrays):
     return out
 
 
-def shared_exponents(comm, arrays, wait=None):
-    """Return one exponent per array that every rank of ``comm`` agrees on (the smallest local one).
+def shared_factors(comm, arrays, scale, wait=None):
+    """Return ``(up, down)`` per array: ``scale`` times the power of two the ranks of ``comm`` agree on, and its inverse.
 
-    ``wait(request)``, when given, waits for the nonblocking all-reduce (e.g. politely).
+    The exponent is the smallest of the ranks' :func:`local_exponents`.  ``wait(request)``,
+    when given, waits for the nonblocking all-reduce (e.g. politely).
     """
     exps = local_exponents(arrays)
     if comm.Get_size() > 1:
@@ -70,18 +71,12 @@ def shared_exponents(comm, arrays, wait=None):
             comm.Allreduce(MPI.IN_PLACE, exps, MPI.MIN)
         else:
             wait(comm.Iallreduce(MPI.IN_PLACE, exps, MPI.MIN))
-    return exps
+    return factors(exps, scale)
 
 
 def factors(exps, scale):
     """Return ``(up, down)``: per exponent, the factor applied before the cast and the one after."""
     return ([math.ldexp(scale, int(e)) for e in exps], [math.ldexp(1.0, -int(e)) for e in exps])
-
-
-def unscale_into(dst, src, down):
-    """Write float16 ``src * down`` into ``dst``, multiplying in float32 (exact for a power of two)."""
-    wide = numpy.float64 if dst.dtype == numpy.float64 else numpy.float32
-    numpy.multiply(src, down, out=dst, dtype=wide, casting='unsafe')
 
 
 def _bounds(n, size):

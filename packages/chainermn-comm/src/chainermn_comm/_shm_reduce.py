@@ -161,9 +161,8 @@ class NodeReducer:
             return
         scale = 1.0 / self.mpi_comm.Get_size()
         if red_dtype.itemsize == 2:  # scale before the cast: a power of two per array (``_half``)
-            exps = _half.shared_exponents(self.mpi_comm, src,
-                                          _stream.polite_wait if self.chunked.polite else None)
-            ups, downs = _half.factors(exps, scale)
+            ups, downs = _half.shared_factors(self.mpi_comm, src, scale,
+                                              _stream.polite_wait if self.chunked.polite else None)
         else:
             ups, downs = None, [scale] * len(src)
         sync = state.sync
@@ -354,7 +353,7 @@ def _sum_wide(terms, acc, wide):
 
 def _write_back(dst, total, down, pre):
     if pre:
-        _half.unscale_into(dst, total, down)
+        _half.scale_into(dst, total, down)
     else:
         numpy.multiply(total, down, out=dst, casting='unsafe')
 

@@ -265,17 +265,16 @@ class HalfSumOp(_Op):
 
     Phase 1 hands every rank all ranks' copies of its segment of the piece (``Ialltoallv``);
     between the phases the owner adds them in float32 in rank order and rounds once; phase 2
-    gathers the segments back (``Iallgatherv``).  Values are multiplied by ``scale`` and by
-    their array's power of two (:meth:`use_factors`) as they are packed, before the cast, and
-    divided by that power of two as they are unpacked.
+    gathers the segments back (``Iallgatherv``).  Values are multiplied by their array's
+    ``up`` factor (``1/size`` times a power of two, :meth:`use_factors`) as they are packed,
+    before the cast, and by its ``down`` factor as they are unpacked.
     """
 
     PHASES = 2
     LAG = 3
 
-    def __init__(self, comm, chunk, nslots, scale):
+    def __init__(self, comm, chunk, nslots):
         super().__init__(comm, numpy.dtype(numpy.float16), chunk, nslots)
-        self.scale = scale
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
         share = chunk // self.size + 1
@@ -304,7 +303,7 @@ class HalfSumOp(_Op):
 
     def prepare(self, piece, data, poke):
         for a, s, n, off in piece.segs:
-            up = self._up.get(id(a), self.scale)
+            up = self._up[id(a)]
             poke.apply(lambda dst, src, k=up: _half.scale_into(dst, src, k), data[off:off + n], a[s:s + n])
 
     def start(self, phase, piece, slot, data):
@@ -320,8 +319,8 @@ class HalfSumOp(_Op):
 
     def finish(self, piece, data, poke):
         for a, s, n, off in piece.segs:
-            down = self._down.get(id(a), 1.0)
-            poke.apply(lambda dst, src, k=down: _half.unscale_into(dst, src, k), a[s:s + n],
+            down = self._down[id(a)]
+            poke.apply(lambda dst, src, k=down: _half.scale_into(dst, src, k), a[s:s + n],
                        data[off:off + n])
 
 
