@@ -16,6 +16,12 @@ def test_optimizer(n):
     run_pytest_under_mpi(os.path.join(HERE, 'mpi', 'mpi_optimizer.py'), n, timeout=240)
 
 
+def test_optimizer_two_simulated_nodes():
+    """Four ranks as two nodes of two: node-shared memory, then float16 (or float32) across nodes."""
+    run_pytest_under_mpi(os.path.join(HERE, 'mpi', 'mpi_optimizer.py'), 4, timeout=240,
+                         env={'CHAINERMN_RANKS_PER_NODE': '2'})
+
+
 @pytest.mark.parametrize('n', [1, 2, 3])
 def test_extensions(n):
     run_pytest_under_mpi(os.path.join(HERE, 'mpi', 'mpi_extensions.py'), n, timeout=240)

@@ -13,8 +13,8 @@ Before the cast every array is multiplied by a power of two that the ranks agree
 below ``2**TOP_EXP``.  Small gradients then stay normal float16 numbers instead of
 subnormals (which keep fewer digits, and which NumPy converts about 40 times slower), and
 large ones cannot overflow.  The exponent depends only on the array's values, not on how
-arrays are cut into messages, and multiplying by a power of two is exact, so every path
-gives the same bits.
+arrays are cut into messages, and multiplying by a power of two is exact, so chunks, buckets
+and ``overlap=True`` give the same bits.
 """
 
 import math

@@ -17,6 +17,14 @@ With several nodes, the cross-node sum of my share of chunk ``k`` is nonblocking
 the wire while this rank stages chunk ``k + 1`` and unpacks chunk ``k - 1`` (which every
 owner finished before the last barrier), so the casts and copies hide behind the link.
 
+A 2-byte reduction dtype (``allreduce_grad_dtype=float16``) is a format for the wire, and
+shared memory is no wire: the node stages and sums in float32, and only the cross-node sum
+of each share travels in float16.  Its owner casts the node's float32 sum once (times the
+power of two of ``_half.shared_factors``), the nodes' float16 terms are added in float32
+and rounded once, and the owner writes the result, back in float32, where its peers copy
+it from.  Each value is cast to and from float16 once per node instead of once per rank,
+and the sums lose nothing inside a node.  On one node nothing is cast at all.
+
 Every byte of gradient is read once from and written once to main memory, and the
 staging traffic stays in cache, so the whole average costs about one memory copy: it
 has no pack/unpack pass and no MPI copy in and out of MPI's own shared buffers.  Each
@@ -78,8 +86,9 @@ class NodeReducer:
     def mean(self, arrays, dtype=None, out=None):
         """Average the C-contiguous host ``arrays`` over all ranks, in place or into ``out``.
 
-        ``dtype`` is the dtype the sums run in (the arrays' own, or ``out``'s, when None).  As
-        in :meth:`ChunkedReducer.mean`, 2-byte dtypes are scaled before they are summed.
+        ``dtype`` is the dtype the sums run in (the arrays' own, or ``out``'s, when None).  A
+        2-byte ``dtype`` is what crosses between nodes; within a node sums run in float32
+        (see the module doc).
         ``out`` (a list of C-contiguous arrays of the same sizes) receives the averages and
         leaves ``arrays`` untouched; through shared memory this costs no extra copy.
         """
@@ -156,41 +165,48 @@ class NodeReducer:
 
     def _mean_group(self, red_dtype, src, dst):
         state = self._state
+        flight = state.flight
+        half = red_dtype.itemsize == 2
+        if half:  # float32 in shared memory; float16 only on the wire (module doc)
+            red_dtype = numpy.dtype(numpy.float32)
         plan = self._plan(red_dtype, tuple(a.size for a in src))
         if not plan:
             return
         scale = 1.0 / self.mpi_comm.Get_size()
-        if red_dtype.itemsize == 2:  # scale before the cast: a power of two per array (``_half``)
+        ups = wire = None
+        if half and flight is not None:  # a power of two per array before the cast (``_half``)
             ups, downs = _half.shared_factors(self.mpi_comm, src, scale,
                                               _stream.polite_wait if self.chunked.polite else None)
+            wire = state.wire()
         else:
-            ups, downs = None, [scale] * len(src)
+            downs = [scale] * len(src)
         sync = state.sync
-        _stage(plan[0], src, ups, None)
+        _stage(plan[0], src, None)
         sync()
         scratch = state.scratch(red_dtype)
-        wide = state.wide() if ups is not None else None
-        flight = state.flight
         poke = flight.poke if flight is not None else None
         prev = None
         for k, chunk in enumerate(plan):
-            _sum_local(chunk, src, dst, ups, downs, scratch, wide, flight is None)
+            _sum_local(chunk, src, dst, downs, scratch, flight is None)
             busy = flight is not None and chunk.own_region.size > 0
             if busy:  # the link carries my share while the CPU stages and unpacks
-                flight.start(chunk.own_region)
+                flight.start(chunk.own_region if wire is None else _to_wire(chunk, ups, wire))
             if k + 1 < len(plan):
-                _stage(plan[k + 1], src, ups, poke if busy else None)
+                _stage(plan[k + 1], src, poke if busy else None)
             if busy:
                 flight.step()
             if prev is not None:
-                _unpack(prev, dst, downs, ups is not None, poke if busy else None)
+                _unpack(prev, dst, None if wire is not None else downs, poke if busy else None)
             if busy:
                 flight.wait()
-                for j, a, b, acc, _ in chunk.own:
-                    _write_back(dst[j][a:b], acc, downs[j], ups is not None)
+                if wire is None:
+                    for j, a, b, acc, _, _ in chunk.own:
+                        _write_back(dst[j][a:b], acc, downs[j])
+                else:
+                    _from_wire(chunk, downs, wire, dst)
             sync()
             prev = chunk
-        _unpack(prev, dst, downs, ups is not None, None)
+        _unpack(prev, dst, None if wire is not None else downs, None)
         sync()  # nobody stages the next group or call while a peer still reads this one
 
 
@@ -205,10 +221,10 @@ class _Shared:
         self.local_rank = self.local.Get_rank()
         self.local_size = self.local.Get_size()
         # Room for one share of one chunk (the window holds two chunks per rank), and for
-        # its float32 sum when the share is float16.
+        # its float16 copy on the wire when the share is float32.
         share = nbytes // 2 // self.local_size + 64
         self._scratch = numpy.empty(share, dtype=numpy.uint8)
-        self._wide = numpy.empty(share // 2 + 16, dtype=numpy.float32)
+        self._wire = numpy.empty(share // 4 + 16, dtype=numpy.float16)
         try:
             self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.local)
         except MPI.Exception as e:
@@ -227,9 +243,9 @@ class _Shared:
         n = self._scratch.size // dtype.itemsize * dtype.itemsize
         return self._scratch[:n].view(dtype)
 
-    def wide(self):
-        """Return a private float32 buffer as long (in elements) as one float16 share."""
-        return self._wide
+    def wire(self):
+        """Return a private float16 buffer as long (in elements) as one float32 share."""
+        return self._wire
 
     def views(self, dtype):
         """Return every local rank's segment viewed as ``dtype``."""
@@ -256,7 +272,8 @@ class _Chunk:
 
     def __init__(self):
         self.stage = []   # (array index, start, stop, destination view in my segment)
-        self.own = []     # (array index, start, stop, accumulator view, [view per local rank; None: mine])
+        self.own = []     # (array index, start, stop, accumulator view, [view per local rank; None: mine],
+                          #  offset in my share)
         self.own_region = None  # my whole share of this chunk in my segment
         self.unpack = []  # (array index, start, stop, source view in the owner's segment)
 
@@ -292,7 +309,7 @@ def _make_plan(sizes, chunk_elems, nlocal, me, segments):
                 s0, s1 = base + x0 - c0, base + x1 - c0
                 if owner == me:
                     terms = [None if p == me else segments[p][s0:s1] for p in range(nlocal)]
-                    chunk.own.append(item + (segments[me][s0:s1], terms))
+                    chunk.own.append(item + (segments[me][s0:s1], terms, x0 - bounds[me]))
                 else:
                     chunk.stage.append(item + (segments[me][s0:s1],))
                     chunk.unpack.append(item + (segments[owner][s0:s1],))
@@ -301,65 +318,59 @@ def _make_plan(sizes, chunk_elems, nlocal, me, segments):
     return plan
 
 
-def _stage(chunk, g, ups, poke):
-    """Copy the parts of ``chunk`` that peers own into my segment (times ``ups[j]`` for float16)."""
-    if ups is not None:
-        for j, a, b, dst in chunk.stage:
-            _half.scale_into(dst, g[j][a:b], ups[j])
-            if poke is not None:
-                poke()
-    else:
-        for j, a, b, dst in chunk.stage:
-            numpy.copyto(dst, g[j][a:b], casting='unsafe')
-            if poke is not None:
-                poke()
+def _stage(chunk, g, poke):
+    """Copy the parts of ``chunk`` that peers own into my segment."""
+    for j, a, b, dst in chunk.stage:
+        numpy.copyto(dst, g[j][a:b], casting='unsafe')
+        if poke is not None:
+            poke()
 
 
-def _sum_local(chunk, src, dst, ups, downs, scratch, wide, write_back):
+def _sum_local(chunk, src, dst, downs, scratch, write_back):
     """Sum my share of ``chunk`` over the node's ranks into my segment (and my gradients if ``write_back``)."""
-    pre = ups is not None
-    for j, a, b, acc, terms in chunk.own:
+    for j, a, b, acc, terms, _ in chunk.own:
         mine = src[j][a:b]
-        if pre or mine.dtype != acc.dtype:
-            # Bring my term to the reduction dtype (scaled first for 2-byte dtypes), like the
-            # peers' staged terms, without touching my gradient.
+        if mine.dtype != acc.dtype:
+            # Bring my term to the reduction dtype, like the peers' staged terms, without
+            # touching my gradient.
             mine_term = scratch[:b - a]
-            if pre:
-                _half.scale_into(mine_term, mine, ups[j])
-            else:
-                numpy.copyto(mine_term, mine, casting='unsafe')
+            numpy.copyto(mine_term, mine, casting='unsafe')
         else:
             mine_term = mine
         # Sum in local-rank order whoever owns the share, so that the bits do not depend on
         # how the arrays fall into chunks and shares.
         ordered = [mine_term if t is None else t for t in terms]
-        if pre:
-            _sum_wide(ordered, acc, wide[:b - a])
-        else:
-            numpy.add(ordered[0], ordered[1], out=acc)
-            for t in ordered[2:]:
-                numpy.add(acc, t, out=acc)
+        numpy.add(ordered[0], ordered[1], out=acc)
+        for t in ordered[2:]:
+            numpy.add(acc, t, out=acc)
         if write_back:
-            _write_back(dst[j][a:b], acc, downs[j], pre)
+            _write_back(dst[j][a:b], acc, downs[j])
 
 
-def _sum_wide(terms, acc, wide):
-    """Add float16 ``terms`` in float32 and round once into ``acc``."""
-    numpy.add(terms[0], terms[1], out=wide, dtype=numpy.float32)
-    for t in terms[2:]:
-        numpy.add(wide, t, out=wide, dtype=numpy.float32)
-    numpy.copyto(acc, wide, casting='unsafe')
+def _to_wire(chunk, ups, wire):
+    """Cast my share's float32 node sums, times ``ups[j]``, into the float16 ``wire``; return its view."""
+    for j, a, b, acc, _, off in chunk.own:
+        _half.scale_into(wire[off:off + b - a], acc, ups[j])
+    return wire[:chunk.own_region.size]
 
 
-def _write_back(dst, total, down, pre):
-    if pre:
-        _half.scale_into(dst, total, down)
-    else:
-        numpy.multiply(total, down, out=dst, casting='unsafe')
+def _from_wire(chunk, downs, wire, dst):
+    """Write the cross-node float16 sums, times ``downs[j]``, into my segment (for peers) and my gradients."""
+    for j, a, b, acc, _, off in chunk.own:
+        _half.scale_into(acc, wire[off:off + b - a], downs[j])
+        numpy.copyto(dst[j][a:b], acc, casting='unsafe')
 
 
-def _unpack(chunk, g, downs, pre, poke):
+def _write_back(dst, total, down):
+    numpy.multiply(total, down, out=dst, casting='unsafe')
+
+
+def _unpack(chunk, g, downs, poke):
+    """Copy the owners' results of ``chunk`` into my gradients (times ``downs[j]`` unless None)."""
     for j, a, b, src in chunk.unpack:
-        _write_back(g[j][a:b], src, downs[j], pre)
+        if downs is None:
+            numpy.copyto(g[j][a:b], src, casting='unsafe')
+        else:
+            _write_back(g[j][a:b], src, downs[j])
         if poke is not None:
             poke()

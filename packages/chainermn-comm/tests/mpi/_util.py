@@ -75,17 +75,28 @@ def round_once(terms):
 def half_mean_expected(per_rank, nodes=None):
     """Return the float16-wire average of ``per_rank`` (one array per rank) bit for bit.
 
-    The ranks agree on a power of two ``2**e`` that puts the largest ``|value|`` just below
-    ``2**TOP_EXP``; each rank sends ``float16(x * 2**e / size)``; terms are added in float32
-    and rounded once per node in ``nodes`` (lists of ranks; one node when None), then once
-    across nodes; the result is multiplied by ``2**-e`` in float32.
+    ``nodes`` (lists of ranks) share memory: each node adds its ranks' values in float32 in
+    rank order.  None means every rank is a node of its own (the MPI-only path).  One node
+    sends nothing: its sum times ``1/size`` is the result.  With several nodes the ranks
+    agree on a power of two ``2**e`` that puts the largest ``|value|`` just below
+    ``2**TOP_EXP``; each node sends ``float16(sum * 2**e / size)``; the nodes' terms are
+    added in float32 and rounded once; the result is multiplied by ``2**-e`` in float32.
     """
     from chainermn_comm._half import MAX_EXP, MIN_EXP, TOP_EXP
     size = len(per_rank)
+    dtype = per_rank[0].dtype
+    if nodes is None:
+        nodes = [[q] for q in range(size)]
+    partial = []
+    for node in nodes:
+        total = per_rank[node[0]].astype(numpy.float32)
+        for q in node[1:]:
+            total = total + per_rank[q].astype(numpy.float32)
+        partial.append(total)
+    if len(nodes) == 1:
+        return (partial[0] * numpy.float32(1.0 / size)).astype(dtype)
     m = max((float(numpy.abs(x.astype(numpy.float64)).max()) for x in per_rank if x.size), default=0.0)
     e = MAX_EXP if m == 0.0 else min(MAX_EXP, max(MIN_EXP, TOP_EXP - math.frexp(m)[1]))
     up = numpy.float32(math.ldexp(1.0 / size, e))
-    terms = [(x.astype(numpy.float32) * up).astype(numpy.float16) for x in per_rank]
-    partial = [round_once([terms[q] for q in node]) for node in (nodes or [list(range(size))])]
-    total = partial[0] if len(partial) == 1 else round_once(partial)
-    return (total.astype(numpy.float32) * numpy.float32(math.ldexp(1.0, -e))).astype(per_rank[0].dtype)
+    total = round_once([(p * up).astype(numpy.float16) for p in partial])
+    return (total.astype(numpy.float32) * numpy.float32(math.ldexp(1.0, -e))).astype(dtype)

@@ -153,18 +153,47 @@ def test_mean_into_out_leaves_inputs_alone(chunk_bytes, dtype):
 @pytest.mark.parametrize('chunk_bytes', [64, 4096, 1 << 20])
 @pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32])
 def test_half_mean_adds_in_float32(chunk_bytes, dtype):
-    """float16 terms are added in float32 and rounded once per node (and once across nodes)."""
+    """A node sums in float32; only the nodes' sums cross in float16, added in float32 and rounded once."""
     size = COMM.Get_size()
     if size == 1:
         pytest.skip('one rank: nothing is averaged')
     arrays = _arrays(COMM.Get_rank() + 11, dtype)
     _reducer(chunk_bytes).mean(arrays, dtype=numpy.float16)
-    per = int(os.environ.get('CHAINERMN_RANKS_PER_NODE') or size) if EXPECT_SHM else size
-    nodes = [list(range(s, min(s + per, size))) for s in range(0, size, per)]
+    nodes = _nodes()
     for i, got in enumerate(arrays):
         want = half_mean_expected([_arrays(q + 11, dtype)[i] for q in range(size)], nodes)
         assert numpy.array_equal(got, want), 'array {}: {} of {} differ'.format(
             i, int(numpy.count_nonzero(got != want)), got.size)
+
+
+def _nodes():
+    """Return the ranks of each node the reducer uses (None: every rank alone, MPI messages only)."""
+    size = COMM.Get_size()
+    if not EXPECT_SHM:
+        return None
+    per = int(os.environ.get('CHAINERMN_RANKS_PER_NODE') or size)
+    return [list(range(s, min(s + per, size))) for s in range(0, size, per)]
+
+
+@pytest.mark.parametrize('magnitude', [1e-7, 1e-3, 1e5])
+def test_half_mean_keeps_float16_precision_at_any_magnitude(magnitude):
+    # The nodes' float32 sums cross as float16 scaled by a shared power of two: 1e-7 sums
+    # stay normal numbers and 1e5 ones cannot overflow.
+    size = COMM.Get_size()
+    per_rank = [[numpy.array(a * numpy.float32(magnitude)) for a in _arrays(q + 7, numpy.float32)]
+                for q in range(size)]
+    arrays = [a.copy() for a in per_rank[COMM.Get_rank()]]
+    _reducer(4096).mean(arrays, dtype=numpy.float16)
+    for i, got in enumerate(arrays):
+        if not got.size:
+            continue
+        exact = sum(p[i].astype(numpy.float64) for p in per_rank) / size
+        top = max(float(numpy.abs(p[i]).max()) for p in per_rank)
+        assert numpy.all(numpy.isfinite(got)), i
+        numpy.testing.assert_allclose(got, exact, rtol=0, atol=top * 2.0 ** -10)
+        if size > 1:
+            assert numpy.array_equal(got, half_mean_expected([p[i] for p in per_rank], _nodes()))
+    _assert_same_on_every_rank(arrays)
 
 
 @pytest.mark.parametrize('descending', [False, True])
