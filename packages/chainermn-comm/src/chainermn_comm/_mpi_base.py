@@ -104,8 +104,7 @@ class MpiCommunicatorBase(CommunicatorBase):
         self._init_kwargs = dict(allreduce_grad_dtype=allreduce_grad_dtype,
                                  batched_copy=batched_copy, timeout=timeout)
         self._guard = CallGuard(mpi_comm, timeout=timeout)
-        self._reducer = _shm_reduce.NodeReducer(mpi_comm, self._topology,
-                                                 _grad.ChunkedReducer(mpi_comm))
+        self._reducer = _shm_reduce.NodeReducer(mpi_comm, self._topology)
         #: Whether ``finalize`` frees ``mpi_comm`` (true for communicators made by ``split``).
         self._owns_mpi_comm = False
 

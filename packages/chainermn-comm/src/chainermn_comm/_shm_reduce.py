@@ -35,6 +35,7 @@ import os
 
 import numpy
 
+from chainermn_comm import _grad
 from chainermn_comm import _half
 from chainermn_comm import _stream
 from chainermn_comm._errors import CommunicationError
@@ -56,20 +57,21 @@ def _shm_enabled():
 class NodeReducer:
     """Average host gradients in place: node-shared memory when ranks share a node, MPI otherwise.
 
-    ``bcast`` and the fallback ``mean`` go to ``chunked`` (a :class:`ChunkedReducer`).
+    ``bcast`` and the fallback ``mean`` go to ``chunked`` (a :class:`ChunkedReducer`; one
+    over ``mpi_comm`` with default sizes when None).
     The first ``mean`` is collective over ``mpi_comm`` and decides, identically on every
     rank, whether the shared-memory path can run: more than one rank per node, the same
     number of ranks on every node, and every node's ranks really sharing memory.
     """
 
-    def __init__(self, mpi_comm, topology, chunked, chunk_bytes=None):
+    def __init__(self, mpi_comm, topology, chunked=None, chunk_bytes=None):
         if chunk_bytes is None:
             chunk_bytes = int(os.environ.get(SHM_CHUNK_ENV, DEFAULT_SHM_CHUNK_BYTES))
         if chunk_bytes < 64:
             raise ValueError('{} must be at least 64 bytes; got {}'.format(SHM_CHUNK_ENV, chunk_bytes))
         self.mpi_comm = mpi_comm
         self.topology = topology
-        self.chunked = chunked
+        self.chunked = chunked if chunked is not None else _grad.ChunkedReducer(mpi_comm)
         self.chunk_bytes = chunk_bytes // 16 * 16
         self._state = None  # None: undecided; False: MPI only; _Shared: shared memory ready
         self._plans = {}

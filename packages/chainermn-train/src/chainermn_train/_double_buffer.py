@@ -13,7 +13,6 @@ import threading
 
 import numpy
 
-from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 from chainermn_train import _params
@@ -97,8 +96,7 @@ class DoubleBufferingReducer:
         self._zero_fill = zero_fill
         self._mpi_comm = communicator.mpi_comm.Dup()
         # The same reducer as multi_node_mean_grad (node-shared memory first), so the bits match.
-        self._reducer = _shm_reduce.NodeReducer(self._mpi_comm, _topology.detect_topology(self._mpi_comm),
-                                                _grad.ChunkedReducer(self._mpi_comm))
+        self._reducer = _shm_reduce.NodeReducer(self._mpi_comm, _topology.detect_topology(self._mpi_comm))
         self._red_dtype = getattr(communicator, 'allreduce_grad_dtype', None)
         self._sig = None
         self._ready = None      # buffers holding averaged gradients of the previous iteration
