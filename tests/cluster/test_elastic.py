@@ -31,14 +31,21 @@ def test_mnist_finishes_on_the_surviving_node_after_one_is_lost_for_good(make_cl
     """2 nodes x 2 ranks, node-local snapshots every 5 iterations; node1 loses its link and its processes."""
     from chainermn.launch import run_on_cluster
     cluster = make_cluster(2)
-    snapshot = os.path.join(cluster.nodes[1].scratch, 'ckpt', 'mnist.2.10')
+    # Generation 10 is complete once every rank's file of it is on disk (each appears by os.replace).
+    # Waiting for node1's files alone races: node0's ranks may still be writing theirs when mpiexec ends
+    # the attempt, and the restart then rightly falls back to generation 5.
+    snapshots = [os.path.join(cluster.nodes[rank // 2].scratch, 'ckpt', 'mnist.{}.10'.format(rank))
+                 for rank in range(4)]
     lost = {}
+
+    def complete():
+        return all(os.path.exists(s) for s in snapshots)
 
     def lose_node1():
         deadline = time.monotonic() + 400
-        while not os.path.exists(snapshot) and time.monotonic() < deadline and not lost.get('stop'):
-            time.sleep(0.01)   # poll for node1's snapshot of iteration 10, as the fault tests do
-        if not os.path.exists(snapshot):
+        while not complete() and time.monotonic() < deadline and not lost.get('stop'):
+            time.sleep(0.01)   # poll for generation 10 on both nodes, as the fault tests do
+        if not complete():
             return
         cluster.link_down(1)
         lost['at'] = time.time()
@@ -75,7 +82,7 @@ def test_mnist_finishes_on_the_surviving_node_after_one_is_lost_for_good(make_cl
     assert m, text
     generation, redone, reached = int(m.group(1)), int(m.group(2)), int(m.group(3))
     assert redone == reached - generation and 0 <= redone < 5, text
-    # node0 writes its snapshot of iteration 10 (saves are local) before the attempt is ended
+    # generation 10 was complete on both nodes before node1 was lost
     assert generation >= max(lost['newest'], 10), (lost, text)
     accuracy = float(re.search(r'FINAL validation/main/accuracy=([0-9.]+) .* ranks=(\d)', out).group(1))
     assert accuracy > 0.9, text

@@ -180,9 +180,13 @@ def test_mnist_example_survives_losing_a_node_for_good(cluster, tmp_path):
     lost = {}
 
     def lose_nodeb(proc):
-        target = ckpt / 'nodeb' / 'mnist.2.10'
-        while not target.exists():   # nodeb wrote its snapshot of iteration 10
-            assert proc.poll() is None, 'the launcher ended before iteration 10'
+        # Generation 10 is complete once every rank's file of it is on disk (each appears by os.replace).
+        # Waiting for nodeb's files alone races: nodea's ranks may still be writing theirs, and losing
+        # nodeb then rightly falls back to generation 5.
+        targets = [ckpt / node / 'mnist.{}.10'.format(rank)
+                   for node, ranks in (('nodea', (0, 1)), ('nodeb', (2, 3))) for rank in ranks]
+        while not all(t.exists() for t in targets):
+            assert proc.poll() is None, 'the launcher ended before generation 10 was complete'
             time.sleep(0.01)
         open(os.path.join(down, 'nodeb'), 'w').close()   # its link is down: probes fail from now on
         lost['at'] = time.time()
