@@ -13,6 +13,7 @@ the nonblocking collectives in the same order, as MPI requires.
 """
 
 import collections
+import functools
 import time
 
 import numpy
@@ -303,8 +304,8 @@ class HalfSumOp(_Op):
 
     def prepare(self, piece, data, poke):
         for a, s, n, off in piece.segs:
-            up = self._up[id(a)]
-            poke.apply(lambda dst, src, k=up: _half.scale_into(dst, src, k), data[off:off + n], a[s:s + n])
+            poke.apply(functools.partial(_half.scale_into, scale=self._up[id(a)]), data[off:off + n],
+                       a[s:s + n])
 
     def start(self, phase, piece, slot, data):
         lay = self._layout(data.size)
@@ -319,8 +320,7 @@ class HalfSumOp(_Op):
 
     def finish(self, piece, data, poke):
         for a, s, n, off in piece.segs:
-            down = self._down[id(a)]
-            poke.apply(lambda dst, src, k=down: _half.scale_into(dst, src, k), a[s:s + n],
+            poke.apply(functools.partial(_half.scale_into, scale=self._down[id(a)]), a[s:s + n],
                        data[off:off + n])
 
 

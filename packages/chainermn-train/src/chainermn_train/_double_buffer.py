@@ -46,33 +46,25 @@ class _Buffers:
     """Host copies of a list of gradients, laid end to end in one array of ``dtype``."""
 
     def __init__(self, layout, dtype):
-        self.layout = layout  # [(shape, dtype)]
-        total = sum(int(numpy.prod(s)) for s, _ in layout)
-        self.flat = numpy.empty(total, dtype=dtype)
+        flat = numpy.empty(sum(int(numpy.prod(s)) for s, _ in layout), dtype=dtype)
         self.views = []  # one flat view per gradient: the reducer scales float16 per array
         off = 0
         for s, _ in layout:
             n = int(numpy.prod(s))
-            self.views.append(self.flat[off:off + n])
+            self.views.append(flat[off:off + n])
             off += n
 
     def pack(self, grads):
-        off = 0
-        for g in grads:
-            host = _to_host(g).reshape(-1)
-            self.flat[off:off + host.size] = host
-            off += host.size
+        for view, g in zip(self.views, grads):
+            view[...] = _to_host(g).reshape(-1)
 
     def unpack(self, params):
-        off = 0
-        for p in params:
-            n = p.grad.size
-            view = self.flat[off:off + n].reshape(p.grad.shape)
+        for view, p in zip(self.views, params):
+            view = view.reshape(p.grad.shape)
             if isinstance(p.grad, numpy.ndarray):
                 numpy.copyto(p.grad, view, casting='unsafe')
             else:
                 p.grad[...] = _to_device_like(view.astype(p.grad.dtype, copy=False), p.grad)
-            off += n
 
 
 def _to_host(a):
