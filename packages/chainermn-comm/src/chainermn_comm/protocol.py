@@ -1,0 +1,132 @@
+"""Contracts between chainermn's packages and processes, in one place.
+
+- every ``CHAINERMN_*`` environment variable: its name, kind, default and meaning (``VARIABLES``;
+  read them with :func:`chainermn_comm.settings.read`);
+- the exit statuses a job ends with when chainermn ends it;
+- the launch status file through which a job (the checkpointer, on rank 0) tells
+  ``python -m chainermn launch`` what it loaded and how far it got: a small JSON object that is
+  replaced atomically, never parsed out of a log.
+"""
+
+import collections
+import json
+import os
+
+__all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'PREEMPTED_EXIT_STATUS',
+           'LAUNCH_STATUS_ENV', 'LaunchStatusWriter', 'read_launch_status',
+           'ALLOW_PICKLE_ENV', 'CHECK_ENV', 'CHUNK_BYTES_ENV', 'CLUSTER_DIR_ENV', 'CLUSTER_JOB_ENV',
+           'CUDA_AWARE_ENV', 'DEBUG_ENV', 'DIRECT_BYTES_ENV', 'ELASTIC_ENV', 'FORCE_ABORT_ENV',
+           'LAUNCH_RESTARTS_ENV', 'NODE_LOCAL_ENV', 'OVERLAP_BUCKET_BYTES_ENV', 'OVERLAP_MODE_ENV',
+           'RANKS_PER_NODE_ENV', 'SHM_CHUNK_BYTES_ENV', 'SHM_REDUCE_ENV', 'SLURM_PMI_FIX_ENV',
+           'STALL_SECONDS_ENV', 'START_FRESH_ENV', 'TIMEOUT_ENV']
+
+#: Exit status of a job that the watchdog ended (a rank was blocked longer than the timeout).
+WATCHDOG_EXIT_STATUS = 14
+#: Exit status of a job that wrote its preemption checkpoint and stopped (EX_TEMPFAIL).
+PREEMPTED_EXIT_STATUS = 75
+
+
+class Variable(collections.namedtuple('Variable', 'name kind default meaning choices minimum')):
+    """One ``CHAINERMN_*`` variable.
+
+    ``kind`` is ``'flag'`` (1/0, true/false, yes/no, on/off), ``'int'``, ``'float'``,
+    ``'choice'`` (one of ``choices``, case-insensitive), ``'tristate'`` (a flag, or unset/``auto``
+    for None) or ``'text'`` (any string, e.g. a path).  Numbers below ``minimum`` are refused.
+    """
+
+    __slots__ = ()
+
+
+def _var(name, kind, default, meaning, choices=(), minimum=None):
+    return Variable(name, kind, default, meaning, tuple(choices), minimum)
+
+
+ALLOW_PICKLE_ENV = 'CHAINERMN_ALLOW_PICKLE'
+CHECK_ENV = 'CHAINERMN_CHECK'
+CHUNK_BYTES_ENV = 'CHAINERMN_CHUNK_BYTES'
+CLUSTER_DIR_ENV = 'CHAINERMN_CLUSTER_DIR'
+CLUSTER_JOB_ENV = 'CHAINERMN_CLUSTER_JOB'
+CUDA_AWARE_ENV = 'CHAINERMN_CUDA_AWARE'
+DEBUG_ENV = 'CHAINERMN_DEBUG'
+DIRECT_BYTES_ENV = 'CHAINERMN_DIRECT_BYTES'
+ELASTIC_ENV = 'CHAINERMN_ELASTIC'
+FORCE_ABORT_ENV = 'CHAINERMN_FORCE_ABORT_ON_EXCEPTION'
+LAUNCH_RESTARTS_ENV = 'CHAINERMN_LAUNCH_RESTARTS'
+#: Set by ``python -m chainermn launch``: the launch status file (see :class:`LaunchStatusWriter`).
+LAUNCH_STATUS_ENV = 'CHAINERMN_LAUNCH_PROGRESS'
+NODE_LOCAL_ENV = 'CHAINERMN_NODE_LOCAL'
+OVERLAP_BUCKET_BYTES_ENV = 'CHAINERMN_OVERLAP_BUCKET_BYTES'
+OVERLAP_MODE_ENV = 'CHAINERMN_OVERLAP_MODE'
+RANKS_PER_NODE_ENV = 'CHAINERMN_RANKS_PER_NODE'
+SHM_CHUNK_BYTES_ENV = 'CHAINERMN_SHM_CHUNK_BYTES'
+SHM_REDUCE_ENV = 'CHAINERMN_SHM_REDUCE'
+SLURM_PMI_FIX_ENV = 'CHAINERMN_SLURM_PMI_FIX'
+STALL_SECONDS_ENV = 'CHAINERMN_STALL_SECONDS'
+START_FRESH_ENV = 'CHAINERMN_START_FRESH'
+TIMEOUT_ENV = 'CHAINERMN_TIMEOUT'
+
+#: Every variable chainermn reads, by name.  Defaults of sizes live with the code that uses them
+#: (None here means "the code's default").
+VARIABLES = collections.OrderedDict((v.name, v) for v in [
+    _var(ALLOW_PICKLE_ENV, 'flag', False, 'let the checkpointer unpickle snapshots you trust'),
+    _var(CHECK_ENV, 'flag', True, 'check that all ranks call the same collective (0 skips it)'),
+    _var(CHUNK_BYTES_ENV, 'int', None, 'bytes per piece of the chunked gradient all-reduce',
+         minimum=1),
+    _var(CLUSTER_DIR_ENV, 'text', None, 'where namespace clusters keep their state'),
+    _var(CLUSTER_JOB_ENV, 'text', None, 'the namespace-cluster job a process belongs to'),
+    _var(CUDA_AWARE_ENV, 'tristate', None, 'whether MPI may be handed GPU memory (unset: detect)'),
+    _var(DEBUG_ENV, 'flag', False, 'check every collective\'s arguments across ranks'),
+    _var(DIRECT_BYTES_ENV, 'int', None, 'arrays at least this big are all-reduced in place',
+         minimum=1),
+    _var(ELASTIC_ENV, 'flag', False, 'the job runs under the elastic launcher'),
+    _var(FORCE_ABORT_ENV, 'flag', False, 'abort every rank when one raises (global except hook)'),
+    _var(LAUNCH_RESTARTS_ENV, 'int', 0, 'how many times the launcher restarted the job', minimum=0),
+    _var(LAUNCH_STATUS_ENV, 'text', None, 'the launch status file the launcher reads'),
+    _var(NODE_LOCAL_ENV, 'text', None, 'a directory private to this node (namespace cluster)'),
+    _var(OVERLAP_BUCKET_BYTES_ENV, 'int', None, 'bytes per bucket of the overlapped all-reduce',
+         minimum=1),
+    _var(OVERLAP_MODE_ENV, 'choice', '', 'when overlapped host buckets are averaged',
+         choices=('thread', 'inline', 'end')),
+    _var(RANKS_PER_NODE_ENV, 'int', None, 'ranks per simulated node (tests and benchmarks)',
+         minimum=1),
+    _var(SHM_CHUNK_BYTES_ENV, 'int', None, 'bytes per piece of the node-shared-memory sum',
+         minimum=64),
+    _var(SHM_REDUCE_ENV, 'flag', True, 'sum gradients in node-shared memory (0 uses MPI only)'),
+    _var(SLURM_PMI_FIX_ENV, 'flag', True, 'repair Slurm\'s PMI environment for MPICH'),
+    _var(STALL_SECONDS_ENV, 'float', 60.0, 'seconds a call waits before the stall report (0: off)',
+         minimum=0),
+    _var(START_FRESH_ENV, 'flag', False, 'start from iteration 0 when no snapshot can be used'),
+    _var(TIMEOUT_ENV, 'float', 1800.0, 'seconds a rank may block before the watchdog ends the job '
+         '(0: off)', minimum=0),
+])
+
+
+class LaunchStatusWriter:
+    """Keep the launch status file up to date: a JSON object, replaced atomically on each update.
+
+    Fields written by the checkpointer on rank 0: ``generation`` (the generation it loaded, or
+    None), ``first_iteration_wall`` (unix time at the end of the first iteration) and
+    ``iteration`` (the last finished iteration).
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self.fields = {}
+
+    def update(self, **fields):
+        """Merge ``fields`` into the status and write it (a reader never sees a partial file)."""
+        self.fields.update(fields)
+        tmp = '{}.{}.tmp'.format(self.path, os.getpid())
+        with open(tmp, 'w') as f:
+            json.dump(self.fields, f)
+        os.replace(tmp, self.path)
+
+
+def read_launch_status(path):
+    """Return the launch status as a dict; {} when the file is missing or unreadable."""
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
