@@ -38,7 +38,7 @@ else
 fi
 "${pip[@]}" -r scripts/requirements-dev.txt
 # Our packages, editable, in dependency order; --no-deps keeps the pins above untouched.
-for p in chainermn-comm chainermn-data chainermn-links chainermn-train chainermn; do
+for p in chainermn-comm chainermn-data chainermn-links chainermn-train chainermn-tools chainermn; do
   [ -f "packages/$p/pyproject.toml" ] && "${pip[@]}" --no-deps -e "packages/$p"
 done
 echo "$want" > "$stamp"

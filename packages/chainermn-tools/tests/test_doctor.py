@@ -1,0 +1,130 @@
+"""``python -m chainermn doctor``: healthy runs at 1 and 2 ranks, and the rank-0-everywhere mismatch."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from chainermn_comm.testing import run_mpi
+
+BIN = os.path.dirname(sys.executable)
+ROWS = ['mpi4py / MPI library', 'mpiexec', 'launch', 'ranks / hosts', 'intra / inter layout',
+        'collective round trip', 'packages', 'import chainermn', 'cupy', 'nccl', 'gpus',
+        'cuda-aware MPI', 'MV2_USE_CUDA', 'MV2_SMP_USE_CMA', 'LD_LIBRARY_PATH']
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('PMI_', 'PMIX_', 'OMPI_', 'MPI_LOCAL', 'HYDRA_', 'MV2_COMM'))}
+    env['PATH'] = BIN + os.pathsep + env.get('PATH', '')
+    env.update(extra)
+    return env
+
+
+def _row(out, name):
+    line = next((ln for ln in out.splitlines() if ln.startswith(name + '  ')), None)
+    assert line is not None, 'row {!r} missing in:\n{}'.format(name, out)
+    return line
+
+
+def _flat(out):
+    """The report with wrapped cells joined: phrases can be searched across line breaks."""
+    return ' '.join(out.replace('\n' + ' ' * 33, ' ').split())
+
+
+def _assert_table(out):
+    assert out.count('CHECK ') == 1, out  # printed once (rank 0 only)
+    for name in ROWS:
+        _row(out, name)
+
+
+def test_healthy_single_process():
+    res = subprocess.run([sys.executable, '-m', 'chainermn_tools', 'doctor'], capture_output=True,
+                         text=True, timeout=300, env=_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    _assert_table(res.stdout)
+    flat = _flat(res.stdout)
+    assert ' OK ' in _row(res.stdout, 'launch') and 'COMM_WORLD size 1' in flat
+    assert 'MPICH' in _row(res.stdout, 'mpi4py / MPI library')
+    assert 'OK' in _row(res.stdout, 'mpiexec') and 'matches MPICH' in flat
+    assert '1 rank(s) on 1 host(s)' in flat
+    assert 'OK' in _row(res.stdout, 'collective round trip')
+    assert 'failed' in res.stdout and '-> OK' in res.stdout.splitlines()[-1]
+
+
+def test_healthy_two_ranks_on_two_simulated_nodes():
+    res = run_mpi(['-m', 'chainermn_tools', 'doctor'], 2, timeout=300,
+                  env=_env(CHAINERMN_RANKS_PER_NODE='1'))
+    assert not res.timed_out and res.returncode == 0, res.stdout + res.stderr
+    _assert_table(res.stdout)
+    flat = _flat(res.stdout)
+    assert 'COMM_WORLD size 2 matches the launch (PMI_SIZE=2)' in flat
+    assert '2 rank(s) on 1 host(s)' in flat
+    layout = _row(res.stdout, 'intra / inter layout')
+    assert ' OK ' in layout and 'inter_size=2' in layout, res.stdout
+    assert 'across 2 rank(s) gave the expected values' in flat
+    assert 'CHAINERMN_RANKS_PER_NODE=1' in _row(res.stdout, 'CHAINERMN_* env')
+
+
+@pytest.mark.parametrize('size_var,rank_var,launcher', [
+    ('PMI_SIZE', 'PMI_RANK', 'Hydra/PMI'),
+    ('OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_RANK', 'Open MPI'),
+])
+def test_every_process_rank_0_is_detected(size_var, rank_var, launcher):
+    """Two separate singletons that a launcher told 'you are 1 of 2' -- the classic mismatch."""
+    procs = [subprocess.Popen([sys.executable, '-m', 'chainermn_tools', 'doctor'],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env(**{size_var: '2', rank_var: str(r)})) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 1, out + err
+        launch = _row(out, 'launch')
+        flat = _flat(out)
+        assert 'FAIL' in launch and 'every process is rank 0' in flat, out
+        assert '{}=2'.format(size_var) in flat
+        assert launcher in flat, out
+        if launcher == 'Open MPI':
+            assert 'mpi4py is linked against MPICH' in flat, out
+        assert 'What to do:' in out and '-> BROKEN' in out.splitlines()[-1]
+
+
+def test_launch_diagnosis_units():
+    from chainermn_tools.doctor import _launch
+    assert _launch.diagnose(1, 0, env={})[0] is True
+    assert _launch.diagnose(1, 0, env={'PMI_SIZE': '1', 'PMI_RANK': '0'})[0] is True
+    ok, evidence, msg = _launch.diagnose(1, 0, env={'OMPI_COMM_WORLD_SIZE': '4'})
+    assert not ok and evidence == 'OMPI_COMM_WORLD_SIZE=4' and 'rank 0' in msg
+    assert _launch.diagnose(1, 0, env={'PMIX_RANK': '3'})[1] == 'PMIX_RANK=3'
+    assert _launch.diagnose(1, 0, env={}, siblings=('hydra_pmi_proxy', 3))[0] is False
+    assert _launch.diagnose(4, 2, env={'PMI_SIZE': '4', 'PMI_RANK': '2'})[0] is True
+    assert _launch.diagnose(4, 2, env={'PMI_SIZE': '8'})[1] == 'PMI_SIZE'
+    assert 'Open MPI' in _launch.explain('OMPI_COMM_WORLD_SIZE=2', 'mpich', 'MPICH', None)
+    assert 'srun --mpi=pmix' in _launch.explain('SLURM_STEP_NUM_TASKS=2', 'mpich', 'MPICH', None)
+
+
+def test_vendor_matching_units():
+    from chainermn_tools.doctor import _mpi
+    from chainermn_tools.doctor._report import FAIL, OK, WARN
+    ompi = _mpi.library_family('Open MPI v4.1.5, package: Open MPI ...')
+    mvapich = _mpi.library_family('MVAPICH2 Version      :\t2.3.7\nMVAPICH2 Release date')
+    assert ompi == ('openmpi', 'Open MPI') and mvapich == ('mpich', 'MVAPICH')
+    assert _mpi.launcher_family('mpiexec (OpenRTE) 4.1.5\n')[0] == 'openmpi'
+    assert _mpi.launcher_family('HYDRA build details:\n    Version: 3.1.4\n')[0] == 'mpich'
+    lib = {'family': 'openmpi', 'vendor': 'Open MPI', 'version': '4.1.5'}
+    hydra = {'path': '/usr/bin/mpiexec', 'family': 'mpich', 'description': 'Hydra', 'version': '3.1.4'}
+    status, detail, fix = _mpi.compare(lib, hydra)
+    assert status == FAIL and 'does NOT match' in detail and 'mpi4py' in fix
+    assert _mpi.compare(dict(lib, family='mpich', vendor='MPICH', version='3.1.4'), hydra)[0] == OK
+    assert _mpi.compare(lib, None)[0] == WARN
+
+
+def test_mvapich_without_mv2_use_cuda_fails():
+    from chainermn_tools.doctor import _checks
+    from chainermn_tools.doctor._report import FAIL
+    facts = [{'rank': 0, 'env': {'MV2_USE_CUDA': None, 'MV2_SMP_USE_CMA': None,
+                                 'LD_LIBRARY_PATH': '/x', 'CHAINERMN_DEBUG': None},
+              'mpiexec': '/usr/bin/mpiexec'}]
+    rows = _checks._env_rows(facts, {'vendor': 'MVAPICH'}, has_gpu=True)
+    row = next(r for r in rows if r.check == 'MV2_USE_CUDA')
+    assert row.status == FAIL and 'MV2_USE_CUDA=1' in row.fix
