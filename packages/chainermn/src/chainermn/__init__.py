@@ -10,7 +10,7 @@ first use, so ``import chainermn`` and ``python -m chainermn doctor`` stay fast.
 
 import importlib
 
-from chainermn import communicators, global_except_hook
+from chainermn import _tools, communicators, global_except_hook
 from chainermn._version import __version__
 from chainermn_comm import (CommunicationError, CommunicatorBase, CommunicatorUnavailableError,
                             CPUModeWarning, create_communicator)
@@ -27,6 +27,9 @@ _LAZY_NAMES = {
 #: Documented submodules, imported on first attribute access (``import chainermn.links`` also works).
 _SUBMODULES = ('datasets', 'extensions', 'functions', 'iterators', 'links')
 
+# ``chainermn.cluster``, ``.doctor``, ``.launch``, ``.slurm``: chainermn-tools, on first import.
+_tools.install()
+
 __all__ = sorted(['__version__', 'create_communicator', 'CommunicatorBase', 'CommunicationError',
                   'CommunicatorUnavailableError', 'CPUModeWarning', 'communicators',
                   'global_except_hook'] + list(_LAZY_NAMES) + list(_SUBMODULES))
@@ -34,7 +37,7 @@ __all__ = sorted(['__version__', 'create_communicator', 'CommunicatorBase', 'Com
 
 def __getattr__(name):
     """Import a documented name or submodule the first time it is used."""
-    if name in _SUBMODULES:
+    if name in _SUBMODULES or name in _tools.TOOLS:
         return importlib.import_module('chainermn.' + name)
     if name in _LAZY_NAMES:
         value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
