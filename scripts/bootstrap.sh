@@ -41,4 +41,9 @@ fi
 for p in chainermn-comm chainermn-data chainermn-links chainermn-train chainermn-tools chainermn; do
   [ -f "packages/$p/pyproject.toml" ] && "${pip[@]}" --no-deps -e "packages/$p"
 done
+# Dev-setup step, not build code: an editable wheel carries no included files, so copy the
+# meta-package's import-precedence hook next to the editable path file (packages/chainermn/README.md,
+# "Import precedence"); it makes `import chainermn` ours, not the copy Chainer 7.8.1 installs.
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+cp packages/chainermn/chainermn_precedence.pth "$site/chainermn_precedence.pth"
 echo "$want" > "$stamp"

@@ -5,12 +5,13 @@ import re
 import subprocess
 import sys
 
-__all__ = ['PACKAGES', 'ROOT', 'SUB_PACKAGES', 'build_wheels', 'env', 'new_bare_venv',
+__all__ = ['LIBRARIES', 'PACKAGES', 'ROOT', 'build_sdists', 'build_wheels', 'env', 'new_bare_venv',
            'repo_version', 'run']
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUB_PACKAGES = ['chainermn-comm', 'chainermn-data', 'chainermn-links', 'chainermn-train']
-PACKAGES = SUB_PACKAGES + ['chainermn']
+#: The library packages, then the tools, then the meta-package (dependency order).
+LIBRARIES = ['chainermn-comm', 'chainermn-data', 'chainermn-links', 'chainermn-train']
+PACKAGES = LIBRARIES + ['chainermn-tools', 'chainermn']
 
 
 def run(cmd, timeout=900, **kw):
@@ -38,16 +39,28 @@ def repo_version(package):
         return re.search(r'^version = "([^"]+)"$', f.read(), re.M).group(1)
 
 
-def build_wheels(out):
-    """Build our five wheels into ``out`` as a publisher would; return their paths, sorted.
+def build_wheels(out, root=ROOT):
+    """Build our six wheels from ``root``/packages into ``out`` with ``pip wheel``; return them, sorted.
 
-    poetry-core from this venv, no isolation needed; ``CHAINERMN_NO_LOCAL_SIBLINGS=1`` keeps the
-    siblings as version ranges, not paths.
+    poetry-core from this venv (no build isolation needed).
     """
     run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation',
-         '-w', out] + [os.path.join(ROOT, 'packages', p) for p in PACKAGES],
-        env=env(CHAINERMN_NO_LOCAL_SIBLINGS='1'))
+         '-w', out] + [os.path.join(root, 'packages', p) for p in PACKAGES])
     found = sorted(os.path.join(str(out), n) for n in os.listdir(str(out)) if n.endswith('.whl'))
+    assert len(found) == len(PACKAGES), found
+    return found
+
+
+def build_sdists(out, root=ROOT):
+    """Build our six sdists from ``root``/packages into ``out`` with poetry-core's PEP 517 API."""
+    code = ('import os, sys\n'
+            'from poetry.core.masonry import api\n'
+            'for src in sys.argv[2:]:\n'
+            '    os.chdir(src)\n'
+            '    api.build_sdist(sys.argv[1])\n')
+    run([sys.executable, '-c', code, os.path.abspath(str(out))]
+        + [os.path.join(root, 'packages', p) for p in PACKAGES])
+    found = sorted(os.path.join(str(out), n) for n in os.listdir(str(out)) if n.endswith('.tar.gz'))
     assert len(found) == len(PACKAGES), found
     return found
 

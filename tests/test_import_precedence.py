@@ -1,9 +1,10 @@
 """``import chainermn`` is our meta-package, not the older copy Chainer 7.8.1 installs.
 
-Dev install (editable) is checked in the running venv; a fresh non-editable install is checked
-in new venvs in both install orders: Chainer first, then the one-path ``pip install
-packages/chainermn`` from the checkout (which brings the four sub-packages along); ours first, from
-wheels built as a publisher would (``CHAINERMN_NO_LOCAL_SIBLINGS=1``: version ranges, no paths).
+Dev install (editable, ``scripts/bootstrap.sh``: the hook ``.pth`` copied into site-packages) is
+checked in the running venv; a fresh non-editable install is checked in new venvs in both install
+orders: Chainer first, then the documented six-path ``pip install packages/chainermn-comm ...
+packages/chainermn`` from the checkout; ours first, from the six wheels built with ``pip wheel``
+(poetry-core: version ranges, no paths).
 """
 
 import json
@@ -16,7 +17,6 @@ import zipfile
 import pytest
 
 from packaging_support import PACKAGES, ROOT, build_wheels
-from packaging_support import env as _env
 from packaging_support import repo_version as _repo_version
 from packaging_support import run as _run
 
@@ -86,8 +86,7 @@ def test_hook_finder_only_claims_chainermn():
 
 @pytest.fixture(scope='module')
 def wheels(tmp_path_factory):
-    """Build our five wheels once, as a publisher would (poetry-core from this venv, no isolation
-    needed; CHAINERMN_NO_LOCAL_SIBLINGS=1 keeps the siblings as version ranges, not paths)."""
+    """Build our six wheels once with ``pip wheel`` (poetry-core: sibling version ranges, no paths)."""
     found = build_wheels(str(tmp_path_factory.mktemp('wheels')))
     version = _repo_version('chainermn')
     meta = next(w for w in found if os.path.basename(w).startswith('chainermn-' + version))
@@ -99,6 +98,7 @@ def wheels(tmp_path_factory):
                         'Requires-Dist: chainermn-comm[gpu] (>=2.0,<2.1) ; extra == "gpu"',
                         'Requires-Dist: chainermn-data (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-links (>=2.0,<2.1)',
+                        'Requires-Dist: chainermn-tools (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-train (>=2.0,<2.1)'], requires  # any order
     return found
 
@@ -140,14 +140,17 @@ SMOKE = textwrap.dedent('''
 ''') % (PACKAGES,)
 
 
+#: The documented standard command that installs all six from a checkout (packages/chainermn/README.md).
+CHECKOUT_PATHS = ['packages/' + p for p in PACKAGES]
+
+
 @pytest.mark.slow
-def test_fresh_install_chainer_first_one_path(tmp_path):
-    """Chainer first, then ``pip install packages/chainermn`` alone, from the repo root."""
+def test_fresh_install_chainer_first_six_paths(tmp_path):
+    """Chainer first, then ``pip install packages/chainermn-comm ... packages/chainermn`` from the repo root."""
     python, pip = _new_venv(tmp_path / 'venv')
     _install_chainer(pip)
     _run(pip + ['mpi4py', 'mpich'])
-    env = _env(CHAINERMN_NO_LOCAL_SIBLINGS=None)
-    _run(pip + ['packages/chainermn'], cwd=ROOT, env=env)  # the four siblings come along
+    _run(pip + CHECKOUT_PATHS, cwd=ROOT)
     res = _run([python, '-c', SMOKE], cwd=str(tmp_path))
     got = json.loads(next(ln for ln in res.stdout.splitlines() if ln.startswith('SMOKE '))[6:])
     assert (got['size'], got['rank'], got['data']) == (1, 0, list(range(7))), got
@@ -158,16 +161,13 @@ def test_fresh_install_chainer_first_one_path(tmp_path):
                           'dir_info': {}}, (name, direct)
     _check_fresh(python, tmp_path)
     _run([python, '-m', 'pip', 'check'])
-    # The [gpu] extra reaches chainermn-comm[gpu] through the direct reference, and naming a
-    # sibling's path on the same command line (the old five-path form) does not conflict with it.
+    # The [gpu] extra of the meta-package reaches chainermn-comm[gpu] (cupy-cuda12x).
     report = tmp_path / 'report.json'
-    _run(pip + ['--dry-run', '--report', report, 'packages/chainermn[gpu]',
-                'packages/chainermn-data'], cwd=ROOT, env=env)
+    _run(pip + ['--dry-run', '--report', report, 'packages/chainermn[gpu]'] + CHECKOUT_PATHS[:-1],
+         cwd=ROOT)
     with open(str(report)) as f:
         planned = {i['metadata']['name']: i['download_info']['url']
                    for i in json.load(f)['install']}
-    for name in PACKAGES:
-        assert planned[name] == 'file://' + os.path.join(ROOT, 'packages', name), planned
     assert 'cupy-cuda12x' in planned, planned
     # Uninstalling ours gives Chainer's copy back, intact.
     _run([python, '-m', 'pip', 'uninstall', '-y', '-q', 'chainermn'])

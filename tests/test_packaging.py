@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ['chainermn-comm', 'chainermn-data', 'chainermn-links', 'chainermn-train', 'chainermn']
+from packaging_support import PACKAGES, ROOT
+
 SIBLINGS = set(PACKAGES)
 
 
@@ -66,7 +66,7 @@ def _requirements(project):
 
 
 def test_metadata_states_the_supported_stack():
-    """One version line for all five, after the original 1.3.1; NumPy 1.26 to 2.x; Python 3.9+."""
+    """One version line for all six, after the original 1.3.1; NumPy 1.26 to 2.x; Python 3.9+."""
     from packaging.version import Version
     versions = {p: _project(p)['version'] for p in PACKAGES}
     assert len(set(versions.values())) == 1, versions
@@ -87,8 +87,9 @@ def test_metadata_states_the_supported_stack():
     import chainermn
     import chainermn_comm
     import chainermn_links
+    import chainermn_tools
     import chainermn_train
-    for mod in (chainermn, chainermn_comm, chainermn_links, chainermn_train):
+    for mod in (chainermn, chainermn_comm, chainermn_links, chainermn_tools, chainermn_train):
         assert mod.__version__ == str(version), mod
 
 
