@@ -13,7 +13,7 @@ import time
 import numpy
 import pytest
 
-from chainermn_tools.slurm import HEAD_ADDR, NamespaceError, SlurmError, local_cluster
+from chainermn_tools.slurm import NamespaceError, SlurmError, local_cluster
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from slurm_helpers import HERE, JOBS, TRAIN, check_collectives, wait  # noqa: E402
@@ -47,11 +47,11 @@ def _step(cluster, args, env=None):
 
 def test_daemons_up(cluster):
     states = cluster.daemons.node_states()
-    assert states == {'node1': 'idle', 'node2': 'idle'}
+    assert states == {'node0': 'idle', 'node1': 'idle'}
     assert set(cluster.timings) >= {'munged', 'slurmctld', 'slurmd', 'idle', 'total'}
     rc, out, err, logs = _step(cluster, ['-N', '2', '-n', '2', 'hostname'])
     assert rc == 0, err + logs
-    assert sorted(out.split()) == ['node1', 'node2']
+    assert sorted(out.split()) == ['node0', 'node1']
 
 
 @pytest.mark.parametrize('nodes, ranks', [(2, 2), (2, 4), (1, 2)])
@@ -64,7 +64,7 @@ def test_srun_pmi2_collectives(cluster, nodes, ranks):
     _TIMES['srun {}x{}'.format(nodes, ranks // nodes)] = time.monotonic() - start
     assert rc == 0, 'srun exit {}\n{}\n{}\nslurmd logs:\n{}'.format(rc, out, err, logs)
     assert 'value not properly terminated' not in logs
-    check_collectives(out, nodes, ranks, 'ofi')         # the workaround chainermn_comm applied
+    check_collectives(out, nodes, ranks, 'ofi', first=0)         # the workaround chainermn_comm applied
 
 
 ROOT = os.path.abspath(os.path.join(HERE, '..', '..', '..', '..'))
@@ -98,12 +98,12 @@ def test_hydra_mpiexec_inside_salloc(cluster):
     mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
     if not os.access(mpiexec, os.X_OK):
         pytest.skip('no mpiexec next to {}'.format(sys.executable))
-    proc = cluster.run(['salloc', '-N', '2', '-n', '4', mpiexec, '-localhost', HEAD_ADDR, '-n', '4',
+    proc = cluster.run(['salloc', '-N', '2', '-n', '4', mpiexec, '-localhost', cluster.head_address, '-n', '4',
                         '-ppn', '2', sys.executable, os.path.join(JOBS, 'collectives.py')],
                        cwd=HERE, timeout=STEP_TIMEOUT)
     out = proc.stdout.decode(errors='replace')
     assert proc.returncode == 0, out + proc.stderr.decode(errors='replace')
-    check_collectives(out, 2, 4, None)
+    check_collectives(out, 2, 4, None, first=0)
 
 
 RANK_JOB = ('import os, socket; os.write(1, "RANK {} {} {}\\n".format(os.environ["PMI_RANK"], '
@@ -116,7 +116,7 @@ def test_elastic_launch_takes_hosts_from_salloc(cluster, tmp_path):
     if not os.access(mpiexec, os.X_OK):
         pytest.skip('no mpiexec next to {}'.format(sys.executable))
     wrapper = tmp_path / 'mpiexec'                       # the nodes reach the head by its address
-    wrapper.write_text('#!/bin/sh\nexec {} -localhost {} "$@"\n'.format(mpiexec, HEAD_ADDR))
+    wrapper.write_text('#!/bin/sh\nexec {} -localhost {} "$@"\n'.format(mpiexec, cluster.head_address))
     wrapper.chmod(0o755)
     proc = cluster.run(['salloc', '-N', '2', '--ntasks-per-node', '2', sys.executable, '-m', 'chainermn_tools',
                         'launch', '--min-nodes', '1', '--heartbeat', '0', '--mpiexec', str(wrapper),
@@ -124,8 +124,8 @@ def test_elastic_launch_takes_hosts_from_salloc(cluster, tmp_path):
     out = proc.stdout.decode(errors='replace') + proc.stderr.decode(errors='replace')
     assert proc.returncode == 0, out
     ranks = sorted(re.findall(r'RANK (\d+) (\S+) (\d+)', out))
-    assert ranks == [('0', 'node1', '2'), ('1', 'node1', '2'), ('2', 'node2', '2'), ('3', 'node2', '2')], out
-    assert 'starting 4 rank(s) on node1, node2' in out, out
+    assert ranks == [('0', 'node0', '2'), ('1', 'node0', '2'), ('2', 'node1', '2'), ('3', 'node1', '2')], out
+    assert 'starting 4 rank(s) on node0, node1' in out, out
 
 
 def test_elastic_launch_leaves_out_a_node_gone_down_in_the_allocation(cluster, tmp_path):
@@ -134,19 +134,19 @@ def test_elastic_launch_leaves_out_a_node_gone_down_in_the_allocation(cluster, t
     if not os.access(mpiexec, os.X_OK):
         pytest.skip('no mpiexec next to {}'.format(sys.executable))
     wrapper = tmp_path / 'mpiexec'
-    wrapper.write_text('#!/bin/sh\nexec {} -localhost {} "$@"\n'.format(mpiexec, HEAD_ADDR))
+    wrapper.write_text('#!/bin/sh\nexec {} -localhost {} "$@"\n'.format(mpiexec, cluster.head_address))
     wrapper.chmod(0o755)
-    script = ('scontrol update NodeName=node2 State=DOWN Reason=chainermn-test && exec "$0" -m chainermn_tools '
+    script = ('scontrol update NodeName=node1 State=DOWN Reason=chainermn-test && exec "$0" -m chainermn_tools '
               'launch --min-nodes 1 --heartbeat 0 --mpiexec "$1" -- "$0" -c "$2"')
     try:
         proc = cluster.run(['salloc', '-N', '2', '--ntasks-per-node', '2', '--no-kill', 'sh', '-c', script,
                             sys.executable, str(wrapper), RANK_JOB], cwd=HERE, timeout=STEP_TIMEOUT)
     finally:
-        cluster.run(['scontrol', 'update', 'NodeName=node2', 'State=RESUME'])
+        cluster.run(['scontrol', 'update', 'NodeName=node1', 'State=RESUME'])
     out = proc.stdout.decode(errors='replace') + proc.stderr.decode(errors='replace')
     assert proc.returncode == 0, out
-    assert sorted(re.findall(r'RANK (\d+) (\S+) (\d+)', out)) == [('0', 'node1', '2'), ('1', 'node1', '2')], out
-    assert 'starting 2 rank(s) on node1\n' in out, out
+    assert sorted(re.findall(r'RANK (\d+) (\S+) (\d+)', out)) == [('0', 'node0', '2'), ('1', 'node0', '2')], out
+    assert 'starting 2 rank(s) on node0\n' in out, out
     cluster.daemons.wait_idle(120)
 
 
@@ -158,7 +158,7 @@ def test_doctor_under_srun(cluster):
     assert rc == 0, out + err + logs
     table = ' '.join(out.split())
     for part in ('slurm allocation INFO job', '2 node(s) node[1-2], tasks per node 2(x2), 4 task(s)',
-                 'ranks here: 4 (node1 x2, node2 x2)', 'PMI-2 server of srun --mpi=pmi2',
+                 'ranks here: 4 (node0 x2, node1 x2)', 'PMI-2 server of srun --mpi=pmi2',
                  'slurm launcher OK MPICH under srun --mpi=pmi2 with the OFI netmod',
                  'inter_size=2 node(s)'):
         assert part in table, out
@@ -262,7 +262,7 @@ def test_slurm_pmi1_reads_at_most_1024_bytes(cluster):
 def test_node_down_mid_job_ends_it_naming_the_node(cluster, tmp_path):
     """scontrol update State=DOWN on a node mid-training ends the step within the watchdog bound."""
     watchdog = 60
-    cmd = cluster.namespaces.command('head', [
+    cmd = cluster.command([
         cluster.daemons.programs['srun'], '--mpi=pmi2', '-N', '2', '-n', '2', '--ntasks-per-node', '1',
         sys.executable, TRAIN, str(tmp_path), '100000', '--gate', '5', '--cp-every', '1000'],
         cwd=str(tmp_path))
@@ -274,7 +274,7 @@ def test_node_down_mid_job_ends_it_naming_the_node(cluster, tmp_path):
               proc.poll() is not None, 180, 'both ranks training')
         assert proc.poll() is None, proc.communicate()[0].decode(errors='replace')
         start = time.monotonic()
-        assert cluster.run(['scontrol', 'update', 'NodeName=node2', 'State=DOWN',
+        assert cluster.run(['scontrol', 'update', 'NodeName=node1', 'State=DOWN',
                             'Reason=chainermn-test']).returncode == 0
         out = proc.communicate(timeout=STEP_TIMEOUT)[0].decode(errors='replace')
         took = time.monotonic() - start
@@ -282,11 +282,11 @@ def test_node_down_mid_job_ends_it_naming_the_node(cluster, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        cluster.run(['scontrol', 'update', 'NodeName=node2', 'State=RESUME'])
+        cluster.run(['scontrol', 'update', 'NodeName=node1', 'State=RESUME'])
     _TIMES['node down to job end'] = took
     assert proc.returncode != 0, out
     assert took < watchdog, out
-    assert 'Node failure on node2' in out and 'DUE TO NODE FAILURE' in out, out
+    assert 'Node failure on node1' in out and 'DUE TO NODE FAILURE' in out, out
     assert 'FAULT-TRAIN-DONE' not in out
     cluster.daemons.wait_idle(120)
 

@@ -8,7 +8,7 @@ import tempfile
 
 from chainermn_tools.slurm._conf import Node, write_config
 from chainermn_tools.slurm._daemons import SlurmDaemons, find_slurm
-from chainermn_tools.slurm._local import Namespaces
+from chainermn_tools.slurm._head import Namespaces
 
 __all__ = ['SlurmOnCluster', 'slurm_on']
 
@@ -25,7 +25,7 @@ class SlurmOnCluster:
         self.cluster = cluster
         self._made_root = root is None
         self.root = root or tempfile.mkdtemp(prefix='chainermn-slurm-')
-        self._head = Namespaces(0)
+        self._head = Namespaces()
         self.daemons = None
 
     def start(self, timeout=60.0):
@@ -54,12 +54,16 @@ class SlurmOnCluster:
         return self._head.run('head', argv, env=dict(self.env(), **(env or {})), cwd=cwd,
                               timeout=timeout, **kw)
 
+    def head_command(self, argv, cwd=None):
+        """Return the argv that runs ``argv`` on the head (run it with ``env()``)."""
+        return self._head.command('head', [str(a) for a in argv], cwd=cwd)
+
     def srun_command(self, argv, ranks_per_node=1, mpi='pmi2'):
         """Return the argv that runs ``argv`` as nodes x ``ranks_per_node`` tasks through srun."""
         n = len(self.cluster.nodes)
-        return self._head.command('head', [self.daemons.programs['srun'], '--mpi=' + mpi, '-N', str(n),
-                                           '-n', str(n * ranks_per_node), '--ntasks-per-node',
-                                           str(ranks_per_node)] + [str(a) for a in argv])
+        return self.head_command([self.daemons.programs['srun'], '--mpi=' + mpi, '-N', str(n),
+                                  '-n', str(n * ranks_per_node), '--ntasks-per-node',
+                                  str(ranks_per_node)] + list(argv))
 
     def env(self):
         """Return the environment for srun_command(): the cluster's plus SLURM_CONF."""
