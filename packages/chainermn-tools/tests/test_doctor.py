@@ -128,3 +128,24 @@ def test_mvapich_without_mv2_use_cuda_fails():
     rows = _checks._env_rows(facts, {'vendor': 'MVAPICH'}, has_gpu=True)
     row = next(r for r in rows if r.check == 'MV2_USE_CUDA')
     assert row.status == FAIL and 'MV2_USE_CUDA=1' in row.fix
+
+
+def test_doctor_without_an_mpi_library_says_how_to_get_one(tmp_path):
+    """The doctor's mpi4py row gives the same fix as chainermn_comm's error."""
+    from chainermn_comm.install_hints import MPI_INSTALL_HINT
+    env = dict(os.environ, MPI4PY_LIBMPI=str(tmp_path / 'no-such-libmpi.so'))
+    res = subprocess.run([sys.executable, '-m', 'chainermn_tools', 'doctor'], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert 'mpi4py' in res.stdout and 'FAIL' in res.stdout, res.stdout
+    assert ' '.join(MPI_INSTALL_HINT.split()) in ' '.join(res.stdout.replace('\n      ', ' ').split()), res.stdout
+
+
+def test_doctor_gpu_advice_is_the_comm_hint():
+    from chainermn_comm.install_hints import GPU_INSTALL_HINT
+    from chainermn_tools.doctor import _checks
+    facts = [{'host': 'h', 'gpu': {'cupy': None, 'cupy_error': 'CuPy is not importable', 'devices': 0,
+                                   'cuda': None, 'nccl': None, 'nccl_error': None}}]
+    rows = _checks._gpu_rows(facts, None, None, None)
+    assert [r.check for r in rows[:2]] == ['cupy', 'nccl'], rows
+    assert GPU_INSTALL_HINT in rows[0].fix and GPU_INSTALL_HINT in rows[1].fix, rows

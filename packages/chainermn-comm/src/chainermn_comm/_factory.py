@@ -45,7 +45,7 @@ def create_communicator(communicator_name=_DEFAULT, mpi_comm=None, allreduce_gra
         raise ValueError('unknown communicator name {!r}; valid names are: {}'.format(
             name, ', '.join(COMMUNICATOR_NAMES)))
     if mpi_comm is None:
-        from mpi4py import MPI
+        from chainermn_comm._mpi_library import MPI
         mpi_comm = MPI.COMM_WORLD
     kwargs = dict(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype,
                   batched_copy=batched_copy, timeout=timeout)

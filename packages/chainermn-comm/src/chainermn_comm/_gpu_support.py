@@ -1,9 +1,8 @@
 """Lazy detection of CuPy, CUDA devices and NCCL, keeping the original import error."""
 
-__all__ = ['cupy_status', 'gpu_available', 'nccl_available', 'require_gpu', 'GPU_INSTALL_HINT']
+from chainermn_comm.install_hints import GPU_INSTALL_HINT
 
-GPU_INSTALL_HINT = ('install CuPy for CUDA 12 with NCCL, e.g. `pip install "chainermn-comm[gpu]"` '
-                    '(cupy-cuda12x), on a machine with an NVIDIA GPU and driver')
+__all__ = ['cupy_status', 'gpu_available', 'nccl_available', 'require_gpu', 'GPU_INSTALL_HINT']
 
 _status = None
 

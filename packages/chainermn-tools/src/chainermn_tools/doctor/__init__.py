@@ -10,6 +10,7 @@ CUDA-aware, and the environment variables the manual names.  Works alone and und
 import argparse
 import sys
 
+from chainermn_comm.install_hints import MPI_INSTALL_HINT
 from chainermn_tools.doctor import _checks
 from chainermn_tools.doctor._report import FAIL, Row, render, summary
 
@@ -22,10 +23,8 @@ def run_checks(timeout=60.0, cuda_aware=True):
     try:
         from mpi4py import MPI
     except Exception as e:
-        rows.append(Row('mpi4py', FAIL, 'cannot import mpi4py.MPI: {}: {}'.format(type(e).__name__, e),
-                        'install MPI and mpi4py, e.g. `pip install mpich mpi4py`, or build mpi4py '
-                        'against your MPI: `env MPICC=/path/to/mpicc pip install --no-binary=mpi4py '
-                        'mpi4py`'))
+        rows.append(Row('mpi4py', FAIL, 'cannot import mpi4py.MPI: {}: {}'.format(
+            type(e).__name__, ' '.join(str(e).split())), MPI_INSTALL_HINT))
         return rows, True
     return _checks.run_all(MPI, timeout=timeout, cuda_aware=cuda_aware)
 

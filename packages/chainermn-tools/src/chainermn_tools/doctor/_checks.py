@@ -5,6 +5,7 @@ import os
 import time
 
 import numpy
+from chainermn_comm.install_hints import GPU_INSTALL_HINT
 
 from chainermn_tools.doctor import _facts, _gpu, _launch, _mpi, _slurm
 from chainermn_tools.doctor._report import FAIL, INFO, OK, SKIP, WARN, Row
@@ -105,8 +106,7 @@ def _gpu_rows(facts, lib, cuda_aware, mpiexec):
     g0 = facts[0]['gpu']
     if g0['cupy'] is None:
         rows.append(Row('cupy', WARN, 'not available: {}'.format(g0['cupy_error']),
-                        'CPU-only is fine for the naive communicator; for GPUs install CuPy for '
-                        'CUDA 12: `pip install "packages/chainermn-comm[gpu]"` (cupy-cuda12x)'))
+                        'CPU-only is fine for the naive communicator; for GPUs ' + GPU_INSTALL_HINT))
     else:
         cuda = g0['cuda']
         rows.append(Row('cupy', OK, 'CuPy {}{}'.format(
@@ -115,8 +115,8 @@ def _gpu_rows(facts, lib, cuda_aware, mpiexec):
         rows.append(Row('nccl', OK, 'NCCL {} (cupy.cuda.nccl)'.format(g0['nccl'])))
     else:
         rows.append(Row('nccl', WARN, 'not available: {}'.format(g0['nccl_error'] or g0['cupy_error']),
-                        'GPU communicators other than naive/flat need NCCL 2: install a CuPy wheel '
-                        'with NCCL (cupy-cuda12x) and check `python -c "from cupy.cuda import nccl"`'))
+                        'GPU communicators other than naive/flat need NCCL 2: ' + GPU_INSTALL_HINT
+                        + '; check with `python -c "from cupy.cuda import nccl"`'))
     per_host = {}
     for f in facts:
         per_host.setdefault(f['host'], [0, 0])
