@@ -6,6 +6,7 @@ A meta-path finder maps ``chainermn.TOOL[.sub]`` to the very module object of
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 
@@ -51,6 +52,13 @@ class _ToolsFinder(importlib.abc.MetaPathFinder):
 
 
 def install():
-    """Put the finder on ``sys.meta_path`` once; importing nothing of chainermn-tools yet."""
-    if not any(getattr(f, '_chainermn_tools_alias', False) for f in sys.meta_path):
-        sys.meta_path.insert(0, _ToolsFinder())
+    """Put the finder on ``sys.meta_path`` once, just before PathFinder; import no tool yet.
+
+    Before PathFinder, or ``chainermn.cluster._net`` would load a second copy of the file from
+    ``chainermn_tools.cluster.__path__``; after the import-precedence finder, which stays first.
+    """
+    if any(getattr(f, '_chainermn_tools_alias', False) for f in sys.meta_path):
+        return
+    spot = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
+                len(sys.meta_path))
+    sys.meta_path.insert(spot, _ToolsFinder())
