@@ -54,7 +54,7 @@ PY
   else
     for c in pure_nccl flat; do
       echo "== bench_gpu --comm $c (1 rank, ResNet-50-sized gradients)"
-      timeout 150 mpiexec -n 1 "$py3" -m chainermn_comm.gpu.bench_gpu --comm "$c" --json \
+      timeout 150 mpiexec -n 1 "$py3" bench/bench_gpu.py --comm "$c" --json \
         > "$out/bench_gpu_$c.json"
       echo "exit status $?"; cat "$out/bench_gpu_$c.json"
     done

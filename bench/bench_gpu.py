@@ -1,6 +1,6 @@
 """Benchmark pack + all-reduce + unpack of a ResNet-50-sized gradient set on the GPU.
 
-Run: ``mpiexec -n 1 python -m chainermn_comm.gpu.bench_gpu [--comm pure_nccl] [--iters 20]``.
+Run: ``mpiexec -n 1 python bench/bench_gpu.py [--comm pure_nccl] [--iters 20]``.
 Reports the device's own device-to-device copy bandwidth, pack/unpack throughput (bytes read +
 written per second, batched and per-array) as a fraction of it (target >= 70%), and the time of
 a full allreduce_grad in float32 versus float16.

@@ -1,7 +1,7 @@
 """Measure root's peak memory while scatter_dataset sends a numpy dataset of S MiB to 2 ranks.
 
-Run one configuration:  mpiexec -n 2 python bench_scatter_memory.py --size-mb 512 [--shuffle] [--max-buf-mb 256]
-Run the usual table:    python bench_scatter_memory.py --all   (launches mpiexec -n 2 per configuration)
+Run one configuration:  mpiexec -n 2 python bench/bench_scatter_memory.py --size-mb 512 [--shuffle] [--max-buf-mb 256]
+Run the usual table:    python bench/bench_scatter_memory.py --all   (launches mpiexec -n 2 per configuration)
 
 Peak extra memory is root's peak RSS (getrusage ru_maxrss) minus its RSS right after building the
 dataset, so it counts everything scatter_dataset holds on top of the dataset (pieces, buffers, index
