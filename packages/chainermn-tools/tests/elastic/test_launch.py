@@ -18,7 +18,9 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = os.path.join(HERE, 'jobs')
 #: The resize job of the root tests (tests/elastic/jobs), shared with tests/elastic/test_resize.py.
-RESIZE_JOB = os.path.abspath(os.path.join(HERE, '..', '..', '..', '..', 'tests', 'elastic', 'jobs', 'resize_job.py'))
+#: The repository root: the examples and the root tests' jobs are used from there.
+ROOT = os.path.abspath(os.path.join(HERE, '..', '..', '..', '..'))
+RESIZE_JOB = os.path.join(ROOT, 'tests', 'elastic', 'jobs', 'resize_job.py')
 TIMEOUT = 500
 
 FAKE_SSH = '''#!/bin/sh
@@ -178,7 +180,7 @@ def test_mnist_example_survives_losing_a_node_for_good(cluster, tmp_path):
     """Test 3 on one host: 2 nodes x 2 ranks, node-local snapshots, nodeb lost for good mid-training."""
     _, down, _ = cluster
     ckpt = tmp_path / 'ckpt'
-    example = os.path.join(HERE, '..', '..', 'examples', 'mnist', 'train_mnist.py')
+    example = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
     lost = {}
 
     def lose_nodeb(proc):

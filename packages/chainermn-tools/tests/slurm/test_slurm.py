@@ -157,7 +157,7 @@ def test_doctor_under_srun(cluster):
                                          '--no-cuda-aware-check'])
     assert rc == 0, out + err + logs
     table = ' '.join(out.split())
-    for part in ('slurm allocation INFO job', '2 node(s) node[1-2], tasks per node 2(x2), 4 task(s)',
+    for part in ('slurm allocation INFO job', '2 node(s) node[0-1], tasks per node 2(x2), 4 task(s)',
                  'ranks here: 4 (node0 x2, node1 x2)', 'PMI-2 server of srun --mpi=pmi2',
                  'slurm launcher OK MPICH under srun --mpi=pmi2 with the OFI netmod',
                  'inter_size=2 node(s)'):
