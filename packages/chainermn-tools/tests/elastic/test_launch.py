@@ -16,11 +16,10 @@ import time
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-JOBS = os.path.join(HERE, 'jobs')
-#: The resize job of the root tests (tests/elastic/jobs), shared with tests/elastic/test_resize.py.
-#: The repository root: the examples and the root tests' jobs are used from there.
+#: The repository root: the examples and the jobs shared with the root tests (tests/elastic/jobs).
 ROOT = os.path.abspath(os.path.join(HERE, '..', '..', '..', '..'))
-RESIZE_JOB = os.path.join(ROOT, 'tests', 'elastic', 'jobs', 'resize_job.py')
+JOBS = os.path.join(ROOT, 'tests', 'elastic', 'jobs')
+RESIZE_JOB = os.path.join(JOBS, 'resize_job.py')
 TIMEOUT = 500
 
 FAKE_SSH = '''#!/bin/sh
