@@ -24,6 +24,7 @@ over a side communicator) and aborts the job when a call outlives ``$CHAINERMN_T
 
 import array
 import atexit
+import contextlib
 import faulthandler
 import operator
 import os
@@ -39,7 +40,7 @@ from chainermn_comm._errors import CommunicationError
 __all__ = ['CallGuard', 'TIMEOUT_ENV', 'DEBUG_ENV', 'CHECK_ENV', 'STALL_ENV', 'DEFAULT_TIMEOUT',
            'DEFAULT_STALL_SECONDS', 'WATCHDOG_EXIT_STATUS', 'EXIT_CALL', 'resolve_timeout',
            'resolve_stall_seconds', 'debug_enabled', 'check_enabled', 'stable_code', 'fail_together',
-           'INVALID_INPUT', 'number_from_env', 'GATHER_MAX_RANKS', 'PAYLOAD_BYTES']
+           'INVALID_INPUT', 'number_from_env', 'GATHER_MAX_RANKS', 'PAYLOAD_BYTES', 'guarded_call']
 
 TIMEOUT_ENV = 'CHAINERMN_TIMEOUT'
 DEBUG_ENV = 'CHAINERMN_DEBUG'
@@ -153,6 +154,16 @@ def fail_together(comm, name, error):
     with guard(name, ((INVALID_INPUT, '{}: {}'.format(type(error).__name__, error)),)):
         pass
     raise error
+
+
+def guarded_call(comm, name, sig=(), key=None):
+    """Return the guard of blocking call ``name`` on ChainerMN communicator ``comm`` (agreement
+    check, stall report, watchdog), or a context that does nothing for any other ``comm`` (e.g.
+    an mpi4py communicator)."""
+    guard = getattr(comm, '_guard', None)
+    if guard is None or not callable(guard):
+        return contextlib.nullcontext()
+    return guard(name, sig, key=key)
 
 
 class _Watchdog(threading.Thread):
