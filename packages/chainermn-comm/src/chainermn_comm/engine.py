@@ -15,7 +15,7 @@ here, never from comm's underscore modules (a test walks the sources for that).
 """
 
 from chainermn_comm._grad import ChunkedReducer
-from chainermn_comm._guard import fail_together, guarded_call
+from chainermn_comm.guard import fail_together, guarded_call
 from chainermn_comm._shm_reduce import NodeReducer
 from chainermn_comm._stream import Pacer
 from chainermn_comm._topology import detect_topology

@@ -10,9 +10,11 @@ import sys
 import threading
 import time
 
+from chainermn_comm import settings
+from chainermn_comm.protocol import FORCE_ABORT_ENV
+
 __all__ = ['add_hook', 'remove_hook', 'FORCE_ABORT_ENV', 'EXIT_STATUS']
 
-FORCE_ABORT_ENV = 'CHAINERMN_FORCE_ABORT_ON_EXCEPTION'
 #: Status passed to MPI_Abort after an uncaught exception.
 EXIT_STATUS = 1
 
@@ -87,5 +89,9 @@ def remove_hook():
 
 def _add_hook_if_enabled():
     """Install the hook when $CHAINERMN_FORCE_ABORT_ON_EXCEPTION is set to a true value."""
-    if os.environ.get(FORCE_ABORT_ENV, '').strip().lower() not in ('', '0', 'false', 'no', 'off'):
+    try:
+        enabled = settings.read(FORCE_ABORT_ENV)
+    except ValueError:  # not understood: create_communicator's environment check raises it
+        return
+    if enabled:
         add_hook()
