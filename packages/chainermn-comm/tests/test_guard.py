@@ -138,3 +138,19 @@ def test_stall_seconds_from_environment(monkeypatch):
     monkeypatch.setenv('CHAINERMN_STALL_SECONDS', 'x')
     with pytest.raises(ValueError, match='CHAINERMN_STALL_SECONDS'):
         resolve_stall_seconds()
+
+
+def test_disagreement_hint_names_the_causes_users_hit():
+    everyone = [('bcast_obj', (('root', 0),), 7, 'h0'), ('allgather_obj', (), 7, 'h1')]
+    text = report.disagreement_message(1, 'the next collective call', everyone)
+    assert text.startswith('rank 1: ranks disagree on the next collective call:\n'
+                           '  rank 0: collective call #7: bcast_obj(root=0) on host h0\n'
+                           '  rank 1: collective call #7: allgather_obj() on host h1   <- this rank\n'), text
+    for cause in ('different batch sizes on different ranks',
+                  'an extension registered on one rank only',
+                  '`if comm.rank == 0`',
+                  'a snapshot loaded on one rank only',
+                  'a model built differently on one rank',
+                  'a parameter without a gradient on one rank',
+                  'one rank running an extra iteration'):
+        assert cause in text, (cause, text)

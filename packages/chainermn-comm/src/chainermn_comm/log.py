@@ -28,7 +28,7 @@ _host = []
 
 
 def rank_and_host():
-    """Return (rank in MPI.COMM_WORLD or the launcher's rank variable or '?', host name)."""
+    """Return (rank in MPI.COMM_WORLD, else the launcher's rank variable, else '?'; host name)."""
     rank = None
     try:
         if 'mpi4py.MPI' in sys.modules:
@@ -45,11 +45,7 @@ def rank_and_host():
         else:
             rank = '?'
     if not _host:
-        try:
-            from mpi4py import MPI
-            _host.append(MPI.Get_processor_name() if 'mpi4py.MPI' in sys.modules else socket.gethostname())
-        except Exception:
-            _host.append(socket.gethostname())
+        _host.append(socket.gethostname())  # never imports mpi4py.MPI: that would initialise MPI
     return rank, _host[0]
 
 
