@@ -98,13 +98,22 @@ def test_set_level_silences(top, no_root_handlers, capfd):
 
 
 STALL_SCRIPT = '''
-import logging, sys, time, numpy, chainermn_comm
-if len(sys.argv) > 1 and sys.argv[1] == 'quiet':
+import logging, os, sys, threading, time, numpy, chainermn_comm
+marker = sys.argv[1]
+if len(sys.argv) > 2 and sys.argv[2] == 'quiet':
     logging.getLogger('chainermn').setLevel(logging.CRITICAL)
 comm = chainermn_comm.create_communicator('naive')
-if comm.rank == 1:
-    time.sleep(3)   # rank 0 waits in the allreduce: its stall inspector reports after 1 s
-print('sum', comm.allreduce(numpy.ones(1))[0])
+if comm.rank == 0:
+    def tell_when_reported():   # the stall inspector has handed its report to the logger
+        while comm._guard.watch.reported is None:
+            time.sleep(0.02)
+        open(marker, 'w').close()
+    threading.Thread(target=tell_when_reported, daemon=True).start()
+else:
+    # Arrive only once rank 0's inspector (1 s threshold) has reported this rank missing.
+    while not os.path.exists(marker):
+        time.sleep(0.02)
+sys.stdout.write('sum {}\\n'.format(comm.allreduce(numpy.ones(1))[0]))
 '''
 
 
@@ -112,9 +121,9 @@ print('sum', comm.allreduce(numpy.ones(1))[0])
 def test_stall_report_goes_through_the_logger(tmp_path, quiet):
     script = tmp_path / 'stall.py'
     script.write_text(STALL_SCRIPT)
-    res = run_mpi([script] + (['quiet'] if quiet else []), 2, timeout=120,
+    res = run_mpi([script, tmp_path / 'reported'] + (['quiet'] if quiet else []), 2, timeout=120,
                   env={'CHAINERMN_STALL_SECONDS': '1', 'CHAINERMN_TIMEOUT': '100'})
-    assert res.returncode == 0 and res.stdout.count('sum 2.0') == 2, res
+    assert res.returncode == 0 and res.stdout.count('2.0') == 2, res
     if quiet:
         assert 'stall inspector' not in res.stderr, res.stderr
     else:
