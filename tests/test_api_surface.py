@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-SEEDS = os.environ.get('CHAINERMN_SEEDS', os.path.join(os.path.dirname(__file__), '..', '..',
+SEEDS = os.environ.get('CHAINERMN_TEST_SEEDS', os.path.join(os.path.dirname(__file__), '..', '..',
                                                        'shared', 'seeds'))
 SEED_FILES = sorted(glob.glob(os.path.join(SEEDS, '*.txt')))
 IDENT = r'[A-Za-z_][A-Za-z0-9_]*'

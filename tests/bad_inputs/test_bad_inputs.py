@@ -2,7 +2,7 @@
 
 The batched cases (``cases.py``) share one mpiexec job per rank count; the stall case needs a job
 of its own because it ends the job.  Each test writes its rows of the results table (case, what
-each rank prints, seconds to the end) to ``$CHAINERMN_BAD_INPUT_TABLE`` when set (appending), and
+each rank prints, seconds to the end) to ``$CHAINERMN_TEST_BAD_INPUT_TABLE`` when set (appending), and
 prints them (``pytest -s`` shows them).
 """
 
@@ -17,7 +17,7 @@ from chainermn_comm.testing import run_mpi
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, 'cases.py')
 LIMIT_S = 20.0
-TABLE_ENV = 'CHAINERMN_BAD_INPUT_TABLE'
+TABLE_ENV = 'CHAINERMN_TEST_BAD_INPUT_TABLE'
 
 
 def _load_cases():
@@ -164,7 +164,7 @@ def test_stall_inspector_off(tmp_path):
     script.write_text('''
 import sys, time, numpy, chainermn
 comm = chainermn.create_communicator('naive')
-assert comm._guard._side is None
+assert comm._guard.watch.side is None
 if comm.rank == 1:
     time.sleep(3)   # longer than a 1 s threshold would allow; nothing may be reported
 sys.stdout.write('rank {} sum {}\\n'.format(comm.rank, comm.allreduce(numpy.ones(1))[0]))

@@ -14,7 +14,7 @@ import time
 import numpy
 import pytest
 
-from chainermn_comm._guard import WATCHDOG_EXIT_STATUS
+from chainermn_comm.protocol import WATCHDOG_EXIT_STATUS
 from chainermn_comm.testing import run_mpi
 
 HERE = os.path.dirname(os.path.abspath(__file__))

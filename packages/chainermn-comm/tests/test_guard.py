@@ -6,8 +6,7 @@ import time
 import pytest
 from mpi4py import MPI
 
-from chainermn_comm import _guard
-from chainermn_comm._guard import CallGuard, debug_enabled, resolve_timeout
+from chainermn_comm.guard import CallGuard, agreement, debug_enabled, report, resolve_stall_seconds, resolve_timeout
 
 
 def test_resolve_timeout(monkeypatch):
@@ -27,7 +26,7 @@ def test_resolve_timeout(monkeypatch):
 
 
 @pytest.mark.parametrize('value,expected', [('', False), ('0', False), ('off', False), ('1', True),
-                                            ('yes', True)])
+                                            ('yes', True), (' TRUE ', True)])
 def test_debug_enabled(monkeypatch, value, expected):
     monkeypatch.setenv('CHAINERMN_DEBUG', value)
     assert debug_enabled() is expected
@@ -66,11 +65,11 @@ def test_first_difference():
     a = ('allreduce_grad', (('params', (('/a', (3,), '<f4'), ('/b', (2,), '<f4'))),), 1, 'h0')
     b = ('allreduce_grad', (('params', (('/a', (3,), '<f4'), ('/b', (2,), '<f8'))),), 1, 'h1')
     assert ("parameter 1 is '/b' with shape (2,) dtype <f4 on rank 0 but '/b' with shape (2,) "
-            "dtype <f8 on rank 1") in _guard._first_difference([a, b])
+            "dtype <f8 on rank 1") in report.first_difference([a, b])
     c = ('allreduce_grad', (('params', (('/a', (3,), '<f4'),)),), 1, 'h1')
     assert ("params has 2 arrays on rank 0 but 1 on rank 1; rank 0 also has parameter '/b' "
-            "with shape (2,) dtype <f4") in _guard._first_difference([a, c])
-    assert _guard._first_difference([a, ('bcast', (('root', 0),), 1, 'h1')]) == ''
+            "with shape (2,) dtype <f4") in report.first_difference([a, c])
+    assert report.first_difference([a, ('bcast', (('root', 0),), 1, 'h1')]) == ''
 
 
 def test_watchdog_fires_on_a_stuck_call(monkeypatch):
@@ -101,13 +100,14 @@ def test_guard_overhead_is_small():
 
 FINGERPRINT = '''
 import numpy
-from chainermn_comm import _grad, _guard
+from chainermn_comm import _grad
+from chainermn_comm.guard import agreement
 import chainer
 p = chainer.Parameter(numpy.ones((2, 3), numpy.float32))
 p.grad = numpy.ones((2, 3), numpy.float32)
 sig = (('shape', (2, 3)), ('dtype', '<f4'), ('op', 'sum'))
-print(hash((_guard.stable_code('allreduce'), _guard._stable_key(sig))),
-      hash((_guard.stable_code('allreduce_grad'), _grad.params_key([p], 'grad'))))
+print(hash((agreement.stable_code('allreduce'), agreement.stable_key(sig))),
+      hash((agreement.stable_code('allreduce_grad'), _grad.params_key([p], 'grad'))))
 '''
 
 
@@ -126,15 +126,31 @@ def test_fingerprints_do_not_depend_on_the_process():
 def test_invalid_input_signatures_compare_alike():
     a = (('invalid input', 'ValueError: rank 0: bad'),)
     b = (('invalid input', 'ValueError: rank 1: bad'),)
-    assert _guard._comparable(a) == _guard._comparable(b)
-    assert _guard._comparable((('root', 0),)) == (('root', 0),)
+    assert agreement.comparable(a) == agreement.comparable(b)
+    assert agreement.comparable((('root', 0),)) == (('root', 0),)
 
 
 def test_stall_seconds_from_environment(monkeypatch):
     monkeypatch.delenv('CHAINERMN_STALL_SECONDS', raising=False)
-    assert _guard.resolve_stall_seconds() == 60.0
+    assert resolve_stall_seconds() == 60.0
     monkeypatch.setenv('CHAINERMN_STALL_SECONDS', '0')
-    assert _guard.resolve_stall_seconds() == 0.0
+    assert resolve_stall_seconds() == 0.0
     monkeypatch.setenv('CHAINERMN_STALL_SECONDS', 'x')
     with pytest.raises(ValueError, match='CHAINERMN_STALL_SECONDS'):
-        _guard.resolve_stall_seconds()
+        resolve_stall_seconds()
+
+
+def test_disagreement_hint_names_the_causes_users_hit():
+    everyone = [('bcast_obj', (('root', 0),), 7, 'h0'), ('allgather_obj', (), 7, 'h1')]
+    text = report.disagreement_message(1, 'the next collective call', everyone)
+    assert text.startswith('rank 1: ranks disagree on the next collective call:\n'
+                           '  rank 0: collective call #7: bcast_obj(root=0) on host h0\n'
+                           '  rank 1: collective call #7: allgather_obj() on host h1   <- this rank\n'), text
+    for cause in ('different batch sizes on different ranks',
+                  'an extension registered on one rank only',
+                  '`if comm.rank == 0`',
+                  'a snapshot loaded on one rank only',
+                  'a model built differently on one rank',
+                  'a parameter without a gradient on one rank',
+                  'one rank running an extra iteration'):
+        assert cause in text, (cause, text)

@@ -3,6 +3,7 @@
 import warnings
 
 from chainermn_comm import _gpu_support
+from chainermn_comm import settings
 
 __all__ = ['create_communicator', 'COMMUNICATOR_NAMES', 'CPUModeWarning']
 
@@ -39,7 +40,11 @@ def create_communicator(communicator_name=_DEFAULT, mpi_comm=None, allreduce_gra
 
     Returns:
         A communicator implementing :class:`chainermn.CommunicatorBase`.
+
+    Every ``CHAINERMN_*`` variable that is set is checked first: a value that cannot be
+    understood raises ValueError on every rank, before any communication.
     """
+    settings.check_environment()
     name = communicator_name
     if not isinstance(name, str) or name not in COMMUNICATOR_NAMES:
         raise ValueError('unknown communicator name {!r}; valid names are: {}'.format(

@@ -30,9 +30,10 @@ def close_guard(guard):
     close = getattr(guard, 'close', None)
     if close is not None:
         close()
-    debug_comm = getattr(guard, '_debug_comm', None)
+    agreement = getattr(guard, 'agreement', None)
+    debug_comm = getattr(agreement, 'debug_comm', None)
     if debug_comm is not None:
-        guard._debug_comm = None  # the check at program exit skips guards without one
+        agreement.debug_comm = None  # the check at program exit skips guards without one
         free_comm(debug_comm)
 
 

@@ -9,20 +9,21 @@ pieces are pipelined (``_stream``): copies of one overlap the transfer of the ot
 """
 
 import operator
-import os
 
 import numpy
 
 from chainermn_comm import _half
 from chainermn_comm import _stream
-from chainermn_comm._guard import number_from_env, stable_code
+from chainermn_comm import settings
+from chainermn_comm.guard import stable_code
+from chainermn_comm.protocol import CHUNK_BYTES_ENV, DIRECT_BYTES_ENV
 
 __all__ = ['ChunkedReducer', 'collect_params', 'params_key', 'params_signature',
            'DEFAULT_CHUNK_BYTES', 'CHUNK_ENV', 'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
 
-CHUNK_ENV = 'CHAINERMN_CHUNK_BYTES'
+CHUNK_ENV = CHUNK_BYTES_ENV
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
-DIRECT_ENV = 'CHAINERMN_DIRECT_BYTES'
+DIRECT_ENV = DIRECT_BYTES_ENV
 DEFAULT_DIRECT_BYTES = 256 * 1024
 
 
@@ -74,10 +75,6 @@ def params_signature(model, params, attr):
                  for p in params)
 
 
-def _bytes_from_env(name, default):
-    return number_from_env(name, default, int, 'an integer number of bytes (e.g. {})'.format(default))
-
-
 class ChunkedReducer:
     """Reduce or broadcast host arrays in pieces that stream through a few reused buffers.
 
@@ -93,11 +90,11 @@ class ChunkedReducer:
 
     def __init__(self, mpi_comm, chunk_bytes=None, direct_bytes=None):
         if chunk_bytes is None:
-            chunk_bytes = _bytes_from_env(CHUNK_ENV, DEFAULT_CHUNK_BYTES)
+            chunk_bytes = settings.read(CHUNK_ENV, DEFAULT_CHUNK_BYTES)
         if chunk_bytes < 64:
             raise ValueError('chunk_bytes must be at least 64 bytes; got {}'.format(chunk_bytes))
         if direct_bytes is None:
-            direct_bytes = _bytes_from_env(DIRECT_ENV, DEFAULT_DIRECT_BYTES)
+            direct_bytes = settings.read(DIRECT_ENV, DEFAULT_DIRECT_BYTES)
         self.mpi_comm = mpi_comm
         self.chunk_bytes = int(chunk_bytes)
         self.direct_bytes = int(direct_bytes)

@@ -1,82 +1,33 @@
 """All communicator methods implemented on MPI for host (NumPy) arrays."""
 
 import functools
-import operator
 
 import numpy
 
 from chainermn_comm import _arrays
 from chainermn_comm import _dtypes
 from chainermn_comm import _finalize
-from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
+from chainermn_comm import _wire
 from chainermn_comm._errors import CommunicationError
-from chainermn_comm._guard import INVALID_INPUT, PAYLOAD_BYTES, CallGuard, stable_code
+from chainermn_comm._mpi_model import ModelCollectives
+from chainermn_comm._wire import FUSED_KINDS as _FUSED_KINDS
+from chainermn_comm._wire import MAX_PIECE as _MAX_PIECE
+from chainermn_comm._wire import OBJ_OPS as _OBJ_OPS
+from chainermn_comm._wire import ArrayMessage, op_name
+from chainermn_comm._wire import Fail as _Fail
+from chainermn_comm._wire import as_bytes as _bytes
+from chainermn_comm._wire import empty as _empty
+from chainermn_comm._wire import raise_if_failed as _raise_if_failed
+from chainermn_comm._wire import spec as _spec
+from chainermn_comm._wire import split_into as _split_into
 from chainermn_comm.communicator_base import CommunicatorBase
+from chainermn_comm.guard import PAYLOAD_BYTES, CallGuard, stable_code
 
 __all__ = ['MpiCommunicatorBase', 'ArrayMessage', 'op_name']
 
-#: Largest piece of a point-to-point or broadcast message (portable to MPI-3 libraries).
-_MAX_PIECE = 1 << 30
-
-_OBJ_OPS = {'sum': operator.add, 'max': max, 'min': min, 'prod': operator.mul}
-
-
-class ArrayMessage:
-    """Header sent before the bytes of ``send``: the shapes and dtypes that follow, and which were on a GPU."""
-
-    __slots__ = ('specs', 'is_tuple', 'on_device')
-
-    def __init__(self, specs, is_tuple, on_device=None):
-        self.specs = specs
-        self.is_tuple = is_tuple
-        self.on_device = list(on_device) if on_device is not None else [False] * len(specs)
-
-    def __getstate__(self):
-        return (self.specs, self.is_tuple, self.on_device)
-
-    def __setstate__(self, state):
-        self.specs, self.is_tuple, self.on_device = state
-
-
-class _Fail:
-    """Marker a rank contributes to a header exchange when its own input is invalid."""
-
-    __slots__ = ('message',)
-
-    def __init__(self, message):
-        self.message = message
-
-    def __getstate__(self):
-        return self.message
-
-    def __setstate__(self, state):
-        self.message = state
-
-
-def _spec(a):
-    return (a.shape, a.dtype.str)
-
-
-def _bytes(a):
-    return a.reshape(-1).view(numpy.uint8)
-
-
-def _empty(spec):
-    shape, dtype = spec
-    return numpy.empty(shape, dtype=numpy.dtype(dtype))
-
-
-def _raise_if_failed(headers, rank, what):
-    fails = [(r, h.message) for r, h in enumerate(headers) if isinstance(h, _Fail)]
-    if fails:
-        detail = '; '.join('rank {}: {}'.format(r, m) for r, m in fails)
-        raise ValueError('rank {}: {} failed because of invalid input on {}'.format(
-            rank, what, detail))
-
-
-class MpiCommunicatorBase(CommunicatorBase):
+class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
     """Communicator whose every method runs over MPI on host memory.
 
     Arrays from CuPy are staged through host memory; GPU communicators override
@@ -173,13 +124,22 @@ class MpiCommunicatorBase(CommunicatorBase):
         except (TypeError, ValueError) as e:
             return None, e
 
-    def _bcast_args(self, root, max_buf_len):
-        """Return (root, None) for valid ``bcast`` arguments, else (root or None, the error)."""
-        root, problem = self._root_arg(root)
-        if problem is None and max_buf_len is not None and int(max_buf_len) <= 0:
-            problem = ValueError('rank {}: max_buf_len must be positive; got {}'.format(
+    def _rooted(self, name, root, problem=None):
+        """Return (``root`` as an int or None, the guard of collective ``name`` from ``root``).
+
+        The ranks agree on the call and its root first; a rank whose root (or other argument:
+        ``problem``) is invalid joins that check with an 'invalid input' signature and raises
+        there, so that every rank fails together instead of the others waiting for it.
+        """
+        root, bad = self._root_arg(root)
+        return root, self._guard(name, (('root', root),), problem=bad or problem)
+
+    def _max_buf_len_problem(self, max_buf_len):
+        """Return the error for an invalid ``max_buf_len`` of ``bcast``, or None."""
+        if max_buf_len is not None and int(max_buf_len) <= 0:
+            return ValueError('rank {}: max_buf_len must be positive; got {}'.format(
                 self._rank, max_buf_len))
-        return root, problem
+        return None
 
     def _host_array(self, x, what):
         """Return ``x`` as a contiguous host array or raise TypeError naming ``what``."""
@@ -274,9 +234,8 @@ class MpiCommunicatorBase(CommunicatorBase):
 
     # -- collectives on arrays ------------------------------------------------
     def bcast(self, data, max_buf_len=None, root=0):
-        root, problem = self._bcast_args(root, max_buf_len)
-        with self._guard('bcast', _sig_or_problem((('root', root),), problem)):
-            _raise_problem(problem)
+        root, call = self._rooted('bcast', root, self._max_buf_len_problem(max_buf_len))
+        with call:
             if self._rank == root:
                 try:
                     host = self._host_array(data, 'bcast')
@@ -298,9 +257,8 @@ class MpiCommunicatorBase(CommunicatorBase):
         return _arrays.to_device_if(out, on_device)
 
     def gather(self, data, root=0):
-        root, problem = self._root_arg(root)
-        with self._guard('gather', _sig_or_problem((('root', root),), problem)):
-            _raise_problem(problem)
+        root, call = self._rooted('gather', root)
+        with call:
             host, headers = self._exchange_specs(data, 'gather')
             shapes = {h for h in headers}
             if len(shapes) != 1:
@@ -336,9 +294,8 @@ class MpiCommunicatorBase(CommunicatorBase):
             return tuple(_arrays.like(o, x) for o in _split_into(recv, counts, outs))
 
     def scatter(self, xs, root=0):
-        root, problem = self._root_arg(root)
-        with self._guard('scatter', _sig_or_problem((('root', root),), problem)):
-            _raise_problem(problem)
+        root, call = self._rooted('scatter', root)
+        with call:
             header = None
             hosts = None
             if self._rank == root:
@@ -397,8 +354,8 @@ class MpiCommunicatorBase(CommunicatorBase):
             host = self._host_array(data, 'allreduce')
             _dtypes.check_numeric(host, 'allreduce', self._rank, op=op)
         except (TypeError, ValueError) as e:
-            with self._guard('allreduce', _sig_or_problem((), e)):
-                raise
+            with self._guard('allreduce', problem=e):
+                pass  # entering raises ``e`` (CommunicationError on ranks that disagree)
         name = op_name(op, mpi_op)
         sig = (('shape', host.shape), ('dtype', host.dtype.str), ('op', name))
         key = (host.shape, stable_code(host.dtype), stable_code(name))
@@ -410,7 +367,7 @@ class MpiCommunicatorBase(CommunicatorBase):
             out = numpy.empty_like(host)
             rows = guard.take_payload() if fuse else None
             if rows is not None:
-                _reduce_rows(rows, out, name)
+                _wire.reduce_rows(rows, out, name)
             else:
                 self._allreduce_host(host, out, mpi_op)
         return _arrays.like(out, data)
@@ -428,15 +385,13 @@ class MpiCommunicatorBase(CommunicatorBase):
 
     # -- collectives on objects ---------------------------------------------
     def bcast_obj(self, obj, max_buf_len=None, root=0):
-        root, problem = self._root_arg(root)
-        with self._guard('bcast_obj', _sig_or_problem((('root', root),), problem)):
-            _raise_problem(problem)
+        root, call = self._rooted('bcast_obj', root)
+        with call:
             return self._pkl.bcast(obj, root=root)
 
     def gather_obj(self, obj, root=0):
-        root, problem = self._root_arg(root)
-        with self._guard('gather_obj', _sig_or_problem((('root', root),), problem)):
-            _raise_problem(problem)
+        root, call = self._rooted('gather_obj', root)
+        with call:
             return self._pkl.gather(obj, root=root)
 
     def allgather_obj(self, obj):
@@ -449,59 +404,11 @@ class MpiCommunicatorBase(CommunicatorBase):
         if op not in _OBJ_OPS:
             problem = ValueError('rank {}: unsupported allreduce_obj op {!r}; use one of {}'.format(
                 self._rank, op, ', '.join(sorted(_OBJ_OPS))))
-        with self._guard('allreduce_obj', _sig_or_problem((('op', op),), problem)):
-            _raise_problem(problem)
+        with self._guard('allreduce_obj', (('op', op),), problem=problem):
             objs = self._pkl.allgather(obj)
         return functools.reduce(_OBJ_OPS[op], objs)
 
-    # -- model helpers --------------------------------------------------------
-    def bcast_data(self, model):
-        named = [(n, p) for n, p in sorted(model.namedparams(), key=lambda kv: kv[0]) if p.array is not None]
-        params = [p for _, p in named]
-        sig = (('params', tuple((n, p.array.shape, p.array.dtype.str) for n, p in named)),)
-        with self._guard('bcast_data', sig, key=_grad.params_key(params, 'array')):
-            self._bcast_params(params)
-
-    def _bcast_params(self, params):
-        arrays = [self._param_host(p, 'array', 'bcast_data') for p in params]
-        self._reducer.bcast([a for a, _ in arrays], root=0)
-        for p, (a, on_device) in zip(params, arrays):
-            if on_device:
-                p.array[...] = _arrays.like(a, p.array)
-            elif a is not p.array:
-                p.array[...] = a
-
-    def allreduce_grad(self, model, zero_fill=True):
-        params = _grad.collect_params(model, zero_fill)
-
-        def sig():
-            return (('params', _grad.params_signature(model, params, 'grad')),)
-
-        with self._guard('allreduce_grad', sig, key=_grad.params_key(params, 'grad')):
-            self._mean_grads(params)
-
-    def multi_node_mean_grad(self, model, zero_fill=True):
-        return self.allreduce_grad(model, zero_fill=zero_fill)
-
-    def _mean_grads(self, params):
-        """Average the gradients of ``params`` over all ranks in place."""
-        staged = [self._param_host(p, 'grad', 'allreduce_grad') for p in params]
-        self._reducer.mean([a for a, _ in staged], dtype=self.allreduce_grad_dtype)
-        for p, (a, on_device) in zip(params, staged):
-            if on_device:
-                p.grad[...] = _arrays.like(a, p.grad)
-
-    def _param_host(self, param, attr, what):
-        """Return (contiguous host array for ``param.<attr>``, whether it was staged from a GPU)."""
-        arr = getattr(param, attr)
-        if isinstance(arr, numpy.ndarray):
-            if not arr.flags.c_contiguous:
-                arr = arr.copy(order='C')  # keeps 0-d shapes, unlike ascontiguousarray
-                setattr(param, attr, arr)
-            return arr, False
-        _arrays.check_current_device(arr, what, self._rank)
-        return _arrays.as_host(arr), True
-
+    # -- communicator management -----------------------------------------------
     def split(self, color, key):
         from mpi4py import MPI
         with self._guard('split', ()):
@@ -526,51 +433,3 @@ class MpiCommunicatorBase(CommunicatorBase):
         """Free shared memory, sub-communicators and buffers (collective); subclasses extend it."""
         reducer, self._reducer = self._reducer, None
         reducer.free()
-
-
-def _sig_or_problem(sig, problem):
-    """Return ``sig``, or the signature of a call whose arguments are invalid on this rank.
-
-    A rank with invalid arguments still takes part in the agreement check, so that every rank
-    raises rather than the others waiting for it.
-    """
-    if problem is None:
-        return sig
-    return ((INVALID_INPUT, '{}: {}'.format(type(problem).__name__, problem)),)
-
-
-def _raise_problem(problem):
-    if problem is not None:
-        raise problem
-
-
-#: Reductions a small all-reduce does itself on the arrays the agreement check gathered, by dtype kind.
-_FUSED_KINDS = {'sum': 'iufc', 'prod': 'iufc', 'max': 'iuf', 'min': 'iuf'}
-_FUSED_UFUNCS = {'sum': numpy.add, 'prod': numpy.multiply, 'max': numpy.maximum, 'min': numpy.minimum}
-
-
-def _reduce_rows(rows, out, name):
-    """Reduce every rank's array (``rows``, in rank order) into ``out``, in rank order."""
-    fn = _FUSED_UFUNCS[name]
-    fn(rows[0], rows[1], out=out)
-    for r in rows[2:]:
-        fn(out, r, out=out)
-
-
-def op_name(op, mpi_op):
-    """Return a name for the reduction ``op`` that is the same in every process."""
-    if isinstance(op, str):
-        return op.lower()
-    from mpi4py import MPI
-    for name in ('SUM', 'MAX', 'MIN', 'PROD', 'LAND', 'LOR', 'BAND', 'BOR', 'LXOR', 'BXOR'):
-        if mpi_op == getattr(MPI, name):
-            return name.lower()
-    return 'user-defined MPI.Op'
-
-
-def _split_into(recv, counts, outs):
-    offset = 0
-    for out, n in zip(outs, counts):
-        _bytes(out)[...] = recv[offset:offset + n]
-        offset += n
-    return outs

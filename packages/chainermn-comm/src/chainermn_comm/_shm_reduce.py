@@ -31,27 +31,27 @@ has no pack/unpack pass and no MPI copy in and out of MPI's own shared buffers. 
 element's sum is computed once, by its owner, so every rank ends with the same bits.
 """
 
-import os
-
 import numpy
 
 from chainermn_comm import _grad
 from chainermn_comm import _half
 from chainermn_comm import _stream
+from chainermn_comm import settings
 from chainermn_comm._errors import CommunicationError
+from chainermn_comm.protocol import SHM_CHUNK_BYTES_ENV, SHM_REDUCE_ENV
 
 __all__ = ['NodeReducer', 'SHM_ENV', 'SHM_CHUNK_ENV', 'DEFAULT_SHM_CHUNK_BYTES']
 
 #: Set to 0 to average gradients with MPI messages only.
-SHM_ENV = 'CHAINERMN_SHM_REDUCE'
+SHM_ENV = SHM_REDUCE_ENV
 #: Bytes of gradient per chunk of the shared-memory average.
-SHM_CHUNK_ENV = 'CHAINERMN_SHM_CHUNK_BYTES'
+SHM_CHUNK_ENV = SHM_CHUNK_BYTES_ENV
 DEFAULT_SHM_CHUNK_BYTES = 1024 * 1024
 _PLAN_CACHE_SIZE = 64
 
 
 def _shm_enabled():
-    return os.environ.get(SHM_ENV, '1').strip().lower() not in ('0', 'false', 'no', 'off')
+    return settings.read(SHM_ENV)
 
 
 class NodeReducer:
@@ -66,7 +66,7 @@ class NodeReducer:
 
     def __init__(self, mpi_comm, topology, chunked=None, chunk_bytes=None):
         if chunk_bytes is None:
-            chunk_bytes = int(os.environ.get(SHM_CHUNK_ENV, DEFAULT_SHM_CHUNK_BYTES))
+            chunk_bytes = settings.read(SHM_CHUNK_ENV, DEFAULT_SHM_CHUNK_BYTES)
         if chunk_bytes < 64:
             raise ValueError('{} must be at least 64 bytes; got {}'.format(SHM_CHUNK_ENV, chunk_bytes))
         self.mpi_comm = mpi_comm

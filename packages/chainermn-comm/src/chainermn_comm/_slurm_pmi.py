@@ -15,11 +15,14 @@ bytes.  See the README section "Slurm".
 import os
 import sys
 
+from chainermn_comm import settings
+from chainermn_comm.protocol import SLURM_PMI_FIX_ENV
+
 __all__ = ['FIX_ENV', 'NETMOD_CVAR', 'under_srun_pmi', 'mpich_wheel_installed', 'decide',
            'apply', 'state']
 
 #: Set to 0 to keep the UCX netmod under srun (e.g. when MPIR_CVAR_CH4_NETMOD is set elsewhere).
-FIX_ENV = 'CHAINERMN_SLURM_PMI_FIX'
+FIX_ENV = SLURM_PMI_FIX_ENV
 #: The MPICH control variable that selects the ch4 network module.
 NETMOD_CVAR = 'MPIR_CVAR_CH4_NETMOD'
 
@@ -53,7 +56,7 @@ def decide(env=None, mpi_initialized=None, have_wheel=None):
     env = os.environ if env is None else env
     if not under_srun_pmi(env):
         return False, 'not started by srun with --mpi=pmi2'
-    if env.get(FIX_ENV, '1').strip().lower() in ('0', 'false', 'no', 'off'):
+    if not settings.read(FIX_ENV, environ=env):
         return False, '{}=0'.format(FIX_ENV)
     if NETMOD_CVAR in env:
         return False, '{}={} set by the user'.format(NETMOD_CVAR, env[NETMOD_CVAR])
@@ -73,7 +76,10 @@ def apply(env=None):
     if env is None and _state[0] is not None:
         return _state[0]
     target = os.environ if env is None else env
-    applied, reason = decide(target)
+    try:
+        applied, reason = decide(target)
+    except ValueError as e:  # a bad $CHAINERMN_SLURM_PMI_FIX: create_communicator raises it
+        applied, reason = False, str(e)
     if applied:
         target[NETMOD_CVAR] = 'ofi'
     if env is None:

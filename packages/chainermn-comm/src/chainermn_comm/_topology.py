@@ -1,29 +1,19 @@
 """Work out which ranks share a node (intra) and which node a rank is on (inter)."""
 
 import collections
-import os
+
+from chainermn_comm import settings
+from chainermn_comm.protocol import RANKS_PER_NODE_ENV
 
 __all__ = ['Topology', 'detect_topology', 'RANKS_PER_NODE_ENV']
-
-#: Simulate nodes of this many consecutive ranks (for testing multi-node paths on one machine).
-RANKS_PER_NODE_ENV = 'CHAINERMN_RANKS_PER_NODE'
 
 Topology = collections.namedtuple(
     'Topology', ['node_id', 'intra_rank', 'intra_size', 'inter_rank', 'inter_size', 'hosts'])
 
 
 def _simulated_node_size():
-    value = os.environ.get(RANKS_PER_NODE_ENV, '').strip()
-    if not value:
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError('{}={!r} must be a positive integer (ranks per simulated node)'.format(
-            RANKS_PER_NODE_ENV, value))
-    return n
+    """Return $CHAINERMN_RANKS_PER_NODE (simulated nodes of that many consecutive ranks), or None."""
+    return settings.read(RANKS_PER_NODE_ENV)
 
 
 def detect_topology(mpi_comm):

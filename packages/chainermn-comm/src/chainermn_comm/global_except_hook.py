@@ -10,9 +10,12 @@ import sys
 import threading
 import time
 
+from chainermn_comm import settings
+from chainermn_comm.log import get_logger
+from chainermn_comm.protocol import FORCE_ABORT_ENV
+
 __all__ = ['add_hook', 'remove_hook', 'FORCE_ABORT_ENV', 'EXIT_STATUS']
 
-FORCE_ABORT_ENV = 'CHAINERMN_FORCE_ABORT_ON_EXCEPTION'
 #: Status passed to MPI_Abort after an uncaught exception.
 EXIT_STATUS = 1
 
@@ -21,6 +24,7 @@ EXIT_STATUS = 1
 FLUSH_GRACE_S = 0.5
 
 _state = {'sys': None, 'threading': None}
+_log = get_logger('global_except_hook')
 
 
 def _rank():
@@ -36,9 +40,8 @@ def _rank():
 def _abort(exc_type, exc_value, exc_tb, previous):
     try:
         previous(exc_type, exc_value, exc_tb)
-        sys.stderr.write(
-            '\n*****\nchainermn: uncaught {} on rank {}; calling MPI_Abort() to stop all ranks.\n'
-            '*****\n'.format(exc_type.__name__, _rank()))
+        _log.critical('uncaught %s on rank %s; calling MPI_Abort() to stop all ranks.',
+                      exc_type.__name__, _rank())
         sys.stderr.flush()
         sys.stdout.flush()
         time.sleep(FLUSH_GRACE_S)
@@ -48,7 +51,7 @@ def _abort(exc_type, exc_value, exc_tb, previous):
             if MPI.Is_initialized() and not MPI.Is_finalized():
                 MPI.COMM_WORLD.Abort(EXIT_STATUS)
         except Exception:
-            sys.stderr.write('chainermn: MPI_Abort failed; this MPI process may hang.\n')
+            _log.critical('MPI_Abort failed; this MPI process may hang.')
             sys.stderr.flush()
         os._exit(EXIT_STATUS)
 
@@ -87,5 +90,9 @@ def remove_hook():
 
 def _add_hook_if_enabled():
     """Install the hook when $CHAINERMN_FORCE_ABORT_ON_EXCEPTION is set to a true value."""
-    if os.environ.get(FORCE_ABORT_ENV, '').strip().lower() not in ('', '0', 'false', 'no', 'off'):
+    try:
+        enabled = settings.read(FORCE_ABORT_ENV)
+    except ValueError:  # not understood: create_communicator's environment check raises it
+        return
+    if enabled:
         add_hook()

@@ -6,7 +6,7 @@ import numpy
 import pytest
 
 import chainermn_comm
-from chainermn_comm import CommunicationError, _mpi_base
+from chainermn_comm import CommunicationError, _wire
 
 FNS = {'sum': numpy.add, 'prod': numpy.multiply, 'max': numpy.maximum, 'min': numpy.minimum}
 
@@ -19,13 +19,13 @@ def comm():
 @pytest.fixture
 def spy(monkeypatch):
     calls = []
-    real = _mpi_base._reduce_rows
+    real = _wire.reduce_rows
 
     def record(rows, out, name):
         calls.append((len(rows), out.shape, out.dtype, name))
         return real(rows, out, name)
 
-    monkeypatch.setattr(_mpi_base, '_reduce_rows', record)
+    monkeypatch.setattr(_wire, 'reduce_rows', record)
     return calls
 
 

@@ -176,7 +176,7 @@ def test_finalize_of_a_split_communicator_frees_it_and_keeps_the_parent(name):
 
 def test_finalize_frees_the_debug_mode_communicator():
     c = create_communicator('naive')
-    debug = c._guard._debug_comm
+    debug = c._guard.agreement.debug_comm
     if os.environ.get('CHAINERMN_DEBUG'):
         assert debug is not None
     c.finalize()

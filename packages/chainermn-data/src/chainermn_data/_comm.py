@@ -1,6 +1,6 @@
 """Resolve the MPI communicator behind a ChainerMN or mpi4py communicator; guard blocking calls."""
 
-import contextlib
+from chainermn_comm.engine import guarded_call
 
 __all__ = ['mpi_comm_of', 'guarded', 'describe']
 
@@ -18,12 +18,9 @@ def mpi_comm_of(comm):
 
 def guarded(comm, name, sig=()):
     """Return the ChainerMN watchdog guard for a blocking call, or a no-op for raw mpi4py comms."""
-    guard = getattr(comm, '_guard', None)
-    if guard is None or not callable(guard):
-        return contextlib.nullcontext()
     # key=(): the agreement check compares only the call name; the data functions exchange and
     # compare their arguments themselves, with messages that say more.
-    return guard(name, sig, key=())
+    return guarded_call(comm, name, sig, key=())
 
 
 def describe(obj):

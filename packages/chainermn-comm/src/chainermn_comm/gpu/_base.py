@@ -4,9 +4,9 @@ import numpy
 
 from chainermn_comm import _arrays
 from chainermn_comm import _dtypes
-from chainermn_comm._guard import stable_code
+from chainermn_comm.guard import stable_code
 from chainermn_comm._mpi_base import (ArrayMessage, MpiCommunicatorBase, _Fail, _raise_if_failed,
-                                      _raise_problem, _sig_or_problem, op_name)
+                                      op_name)
 from chainermn_comm.gpu import _cuda_aware
 from chainermn_comm.gpu import _kernels
 from chainermn_comm.gpu import _layout
@@ -178,9 +178,8 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
 
     def bcast(self, data, max_buf_len=None, root=0):
         import cupy
-        root, problem = self._bcast_args(root, max_buf_len)
-        with self._guard('bcast', _sig_or_problem((('root', root),), problem)):
-            _raise_problem(problem)
+        root, call = self._rooted('bcast', root, self._max_buf_len_problem(max_buf_len))
+        with call:
             arr = None
             if self.rank == root:
                 try:

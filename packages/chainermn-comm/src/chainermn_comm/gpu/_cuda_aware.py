@@ -10,29 +10,17 @@ pointers are never handed to an MPI that may not understand them.
 import ctypes
 import os
 
+from chainermn_comm import settings
+from chainermn_comm.protocol import CUDA_AWARE_ENV
+
 __all__ = ['CUDA_AWARE_ENV', 'parse_override', 'query_library', 'decide', 'detect_cuda_aware']
-
-CUDA_AWARE_ENV = 'CHAINERMN_CUDA_AWARE'
-
-_TRUE = ('1', 'true', 'yes', 'on')
-_FALSE = ('0', 'false', 'no', 'off')
 
 _cached = None
 
 
 def parse_override(value):
-    """Return True/False for a ``$CHAINERMN_CUDA_AWARE`` value, None when unset or empty."""
-    if value is None:
-        return None
-    v = value.strip().lower()
-    if not v:
-        return None
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise ValueError('{}={!r} must be 1 (MPI is CUDA-aware) or 0 (stage through host memory)'.format(
-        CUDA_AWARE_ENV, value))
+    """Return True/False for a ``$CHAINERMN_CUDA_AWARE`` value, None when unset, empty or ``auto``."""
+    return settings.read(CUDA_AWARE_ENV, environ={} if value is None else {CUDA_AWARE_ENV: value})
 
 
 def query_library(lib):

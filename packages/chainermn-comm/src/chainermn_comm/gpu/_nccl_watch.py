@@ -11,9 +11,10 @@ outstanding the thread sleeps on a condition and costs nothing.
 """
 
 import collections
-import sys
 import threading
 import time
+
+from chainermn_comm.log import get_logger
 
 __all__ = ['NcclWatchdog', 'watchdog', 'POLL_SECONDS']
 
@@ -27,11 +28,12 @@ class NcclWatchdog:
     """One daemon thread that watches recorded events of NCCL calls until they finish."""
 
     def __init__(self, poll=POLL_SECONDS, stream=None):
+        """``stream``: where failures are printed (None: the ``chainermn.nccl`` logger)."""
         self.poll = poll
         self._cond = threading.Condition()
         self._pending = collections.deque()
         self._thread = None
-        self._out = stream if stream is not None else sys.stderr
+        self._out = stream  # None: the chainermn logger
         self._failed = []  # keys already failed: their later calls are dropped, not failed again
         self.failures = []  # (what, message) of every failure seen, for reports and tests
 
@@ -106,7 +108,10 @@ class NcclWatchdog:
         except Exception as e:  # the report must not die with the thread
             message = 'NCCL {} failed: {} (and reporting it raised {!r})'.format(entry.what, err, e)
         self.failures.append((entry.what, message))
-        print('chainermn: {}'.format(message), file=self._out, flush=True)
+        if self._out is None:
+            get_logger('nccl').error('%s', message)
+        else:
+            print('chainermn: {}'.format(message), file=self._out, flush=True)
 
 
 _WATCHDOG = None

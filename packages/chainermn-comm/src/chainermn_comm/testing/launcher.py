@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from chainermn_comm.protocol import TIMEOUT_ENV
+
 __all__ = ['MpiResult', 'find_mpiexec', 'run_mpi', 'run_pytest_under_mpi']
 
 MpiResult = collections.namedtuple('MpiResult', ['returncode', 'stdout', 'stderr', 'seconds', 'timed_out'])
@@ -45,7 +47,7 @@ def run_mpi(args, n, timeout=120, env=None, cwd=None, mpiexec_args=(), python=Tr
     full_env = dict(os.environ)
     full_env.setdefault('PYTHONUNBUFFERED', '1')
     # Fail fast instead of waiting for the default 30-minute watchdog in tests.
-    full_env.setdefault('CHAINERMN_TIMEOUT', str(max(10, int(timeout) - 5)))
+    full_env.setdefault(TIMEOUT_ENV, str(max(10, int(timeout) - 5)))
     if env:
         full_env.update({k: str(v) for k, v in env.items()})
     start = time.monotonic()

@@ -9,7 +9,7 @@ bcast <-> sum to root, gather <-> scatter, alltoall <-> alltoall, allgather <-> 
 import chainer
 import numpy
 from chainer import function_node
-from chainermn_comm._guard import fail_together
+from chainermn_comm.engine import fail_together
 
 from chainermn_links.functions import _util
 

@@ -5,7 +5,7 @@ import chainer.functions as F
 import numpy
 from chainer import function_node, initializers, variable
 from chainermn_comm import CommunicationError
-from chainermn_comm._guard import fail_together
+from chainermn_comm.engine import fail_together
 
 from chainermn_links._share_comm import deepcopy_sharing_comm
 

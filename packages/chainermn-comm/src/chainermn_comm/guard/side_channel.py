@@ -12,7 +12,7 @@ it the stall report names only this rank's call.
 import itertools
 import time
 
-__all__ = ['SideChannel', 'side_channel_available', 'format_stall_report', 'ANSWER_WAIT']
+__all__ = ['SideChannel', 'side_channel_available', 'ANSWER_WAIT']
 
 _REQ = 1
 _REP = 2
@@ -85,51 +85,3 @@ class SideChannel:
 
     def cancel(self):
         self._query = None
-
-
-def format_stall_report(rank, size, host, call, elapsed, number, answers, timeout, stall_env,
-                        timeout_env, why_no_answers=''):
-    """Return the stall report of a rank whose ``call`` (collective ``number``, or 0) has waited."""
-    head = ('*** chainermn stall inspector: rank {} of {} (host {}) has waited {:.0f} s in {}; '
-            'still waiting'.format(rank, size, host, elapsed, call))
-    head += ' (the watchdog ends the job after {:g} s, ${}).'.format(timeout, timeout_env) if timeout > 0 \
-        else ' (the watchdog is off, ${}=0).'.format(timeout_env)
-    lines = [head]
-    if answers is None:
-        lines.append('***   cannot ask the other ranks: {}.'.format(why_no_answers))
-    else:
-        missing, waiting, ahead, silent, others = [], [], [], [], []
-        for peer in range(size):
-            if peer == rank:
-                continue
-            a = answers.get(peer)
-            if a is None:
-                silent.append('rank {}'.format(peer))
-                continue
-            where = 'rank {} (host {})'.format(peer, a['host'])
-            now = 'now in ' + a['call'] if a['call'] else 'now not inside a chainermn call'
-            if not number:
-                others.append('{}: last entered collective call #{}, {}'.format(
-                    where, a['collectives'], now))
-            elif a['number'] == number:
-                waiting.append(where)
-            elif a['collectives'] >= number:
-                ahead.append('{}: passed it, last entered collective call #{}, {}'.format(
-                    where, a['collectives'], now))
-            else:
-                missing.append('{}: last entered collective call #{}, {}'.format(
-                    where, a['collectives'], now))
-        if missing:
-            lines.append('***   ranks that have not reached it: ' + '; '.join(missing))
-        if others:
-            lines.append('***   the other ranks: ' + '; '.join(others))
-        if silent:
-            lines.append('***   ranks that did not answer within {:g} s (exited, crashed, or holding the '
-                         'Python GIL): {}'.format(ANSWER_WAIT, ', '.join(silent)))
-        if ahead:
-            lines.append('***   ranks already past it: ' + '; '.join(ahead))
-        if waiting:
-            lines.append('***   ranks waiting in it too: ' + ', '.join(waiting))
-    lines.append('***   (reported once per call after ${} seconds; 0 turns the inspector off)'.format(
-        stall_env))
-    return '\n'.join(lines) + '\n'

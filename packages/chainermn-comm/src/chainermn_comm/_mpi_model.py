@@ -1,0 +1,62 @@
+"""The communicator methods on a model's parameters: broadcast the weights, average the gradients."""
+
+import numpy
+
+from chainermn_comm import _arrays
+from chainermn_comm import _grad
+
+__all__ = ['ModelCollectives']
+
+
+class ModelCollectives:
+    """``bcast_data`` and ``allreduce_grad`` over host memory, for :class:`MpiCommunicatorBase`.
+
+    Uses the communicator's ``_guard``, ``_reducer``, ``_rank`` and ``allreduce_grad_dtype``.
+    """
+
+    def bcast_data(self, model):
+        named = [(n, p) for n, p in sorted(model.namedparams(), key=lambda kv: kv[0]) if p.array is not None]
+        params = [p for _, p in named]
+        sig = (('params', tuple((n, p.array.shape, p.array.dtype.str) for n, p in named)),)
+        with self._guard('bcast_data', sig, key=_grad.params_key(params, 'array')):
+            self._bcast_params(params)
+
+    def _bcast_params(self, params):
+        arrays = [self._param_host(p, 'array', 'bcast_data') for p in params]
+        self._reducer.bcast([a for a, _ in arrays], root=0)
+        for p, (a, on_device) in zip(params, arrays):
+            if on_device:
+                p.array[...] = _arrays.like(a, p.array)
+            elif a is not p.array:
+                p.array[...] = a
+
+    def allreduce_grad(self, model, zero_fill=True):
+        params = _grad.collect_params(model, zero_fill)
+
+        def sig():
+            return (('params', _grad.params_signature(model, params, 'grad')),)
+
+        with self._guard('allreduce_grad', sig, key=_grad.params_key(params, 'grad')):
+            self._mean_grads(params)
+
+    def multi_node_mean_grad(self, model, zero_fill=True):
+        return self.allreduce_grad(model, zero_fill=zero_fill)
+
+    def _mean_grads(self, params):
+        """Average the gradients of ``params`` over all ranks in place."""
+        staged = [self._param_host(p, 'grad', 'allreduce_grad') for p in params]
+        self._reducer.mean([a for a, _ in staged], dtype=self.allreduce_grad_dtype)
+        for p, (a, on_device) in zip(params, staged):
+            if on_device:
+                p.grad[...] = _arrays.like(a, p.grad)
+
+    def _param_host(self, param, attr, what):
+        """Return (contiguous host array for ``param.<attr>``, whether it was staged from a GPU)."""
+        arr = getattr(param, attr)
+        if isinstance(arr, numpy.ndarray):
+            if not arr.flags.c_contiguous:
+                arr = arr.copy(order='C')  # keeps 0-d shapes, unlike ascontiguousarray
+                setattr(param, attr, arr)
+            return arr, False
+        _arrays.check_current_device(arr, what, self._rank)
+        return _arrays.as_host(arr), True

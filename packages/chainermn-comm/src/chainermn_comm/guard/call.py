@@ -1,0 +1,145 @@
+"""CallGuard: the per-communicator bookkeeping around every blocking call.
+
+Every blocking call of a communicator runs inside ``with guard(name, sig, collective=..., key=...,
+problem=..., **info):``.  ``sig`` is a tuple of ``(key, value)`` pairs all ranks must agree on
+(shape, dtype, root, parameter list), or a callable returning one (for signatures that cost time
+to build, built only when needed); ``key`` is an optional cheap stand-in for ``sig`` made of ints
+and tuples only (hashed the same way in every process); ``problem`` is this rank's invalid
+argument (an exception), raised after the check so that every rank fails together; ``info`` is
+only shown in reports (e.g. the peer of a send).
+"""
+
+import time
+
+from chainermn_comm.guard import exit_check
+from chainermn_comm.guard import report
+from chainermn_comm.guard import watchdog
+from chainermn_comm.guard.agreement import Agreement
+from chainermn_comm.guard.config import GuardConfig
+
+__all__ = ['CallGuard', 'invalid_input_sig']
+
+
+def invalid_input_sig(problem):
+    """Return the signature of a call whose arguments are invalid on this rank."""
+    return ((report.INVALID_INPUT, '{}: {}'.format(type(problem).__name__, problem)),)
+
+
+class CallGuard:
+    """Check that ranks agree on each collective call, report stalls and abort calls that hang.
+
+    State: :attr:`config` (timeout, stall threshold, mode), :attr:`agreement` (the check),
+    :attr:`watch` (the stall inspector), and the calls: :attr:`seq`, :attr:`collective_seq`,
+    :attr:`current` and :attr:`last` (``(name, seq, sig, start, info, collective number or 0)``).
+    """
+
+    def __init__(self, mpi_comm, timeout=None, debug=None, check=None):
+        from mpi4py import MPI
+        self.rank = mpi_comm.Get_rank()
+        self.size = mpi_comm.Get_size()
+        self.host = MPI.Get_processor_name()
+        self.config = GuardConfig.resolve(self.size, timeout, debug, check)
+        self.agreement = Agreement(mpi_comm, self.rank, self.size, self.host, self.config.check,
+                                   self.config.debug)
+        self.watch = watchdog.Watch(mpi_comm, self.config.stall_seconds, self.size)
+        #: Every rank's payload after a checked call given ``payload=`` (see :meth:`take_payload`).
+        self.payload = None
+        #: Number of guarded calls entered so far (point-to-point and collective).
+        self.seq = 0
+        #: Number of collective calls entered so far.
+        self.collective_seq = 0
+        self.current = None
+        self.last = None
+        #: The next call, as described by ``__call__``: (name, sig, key, info, collective, payload, problem).
+        self._next = None
+        if self.config.debug and MPI.Comm.Compare(mpi_comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT):
+            exit_check.register(self)
+        if self.config.timeout > 0 or self.watch.side is not None:
+            watchdog.watch(self)
+
+    # The configuration, as attributes (tests and fail_together read them; ``check`` may be turned off).
+    @property
+    def timeout(self):
+        return self.config.timeout
+
+    @property
+    def stall_seconds(self):
+        return self.config.stall_seconds
+
+    @property
+    def debug(self):
+        return self.config.debug
+
+    @property
+    def check(self):
+        return self.agreement.check
+
+    @check.setter
+    def check(self, value):
+        self.agreement.check = bool(value)
+
+    def close(self):
+        """Stop the stall inspector's side channel of this guard (call before freeing the communicator)."""
+        self.watch.close()
+
+    def __call__(self, name, sig=(), collective=True, key=None, payload=None, problem=None, **info):
+        """Describe the next call; ``payload``: a C-contiguous host array of at most
+        ``PAYLOAD_BYTES`` to all-gather with the check (same size on every rank that agrees);
+        ``problem``: this rank's invalid argument, raised once every rank is in the check."""
+        if problem is not None:
+            sig, key = invalid_input_sig(problem), None
+        self._next = (name, sig, key, info, collective, payload, problem)
+        return self
+
+    def take_payload(self):
+        """Return every rank's payload gathered by the check (one array per rank, shaped and typed
+        like the payload, in rank order; valid until the next call), or None."""
+        rows, self.payload = self.payload, None
+        return rows
+
+    def __enter__(self):
+        name, sig, key, info, collective, payload, problem = self._next
+        self.seq += 1
+        number = 0
+        if collective:
+            self.collective_seq += 1
+            number = self.collective_seq
+        cur = self.current = (name, self.seq, sig, time.monotonic(), info, number)
+        self.payload = None
+        agreement = self.agreement
+        if number and (agreement.check or agreement.debug_comm is not None):
+            try:
+                self.payload = agreement.run(cur, key, payload, number)
+            except BaseException:
+                self.current = None
+                raise
+        if problem is not None:
+            self.__exit__(None, None, None)
+            raise problem
+        return self
+
+    def __exit__(self, *exc):
+        self.last = self.current
+        self.current = None
+        self.payload = None
+        return False
+
+    # -- reports ----------------------------------------------------------------------------------
+    def describe(self, cur):
+        """Return a one-line description of the call ``cur``: name, sequence number, sig and info."""
+        return report.describe(cur)
+
+    def progress(self):
+        """Return what this rank is doing, for another rank's stall report (watchdog thread)."""
+        cur = self.current
+        return {'host': self.host, 'collectives': self.collective_seq,
+                'call': None if cur is None else report.describe(cur),
+                'number': 0 if cur is None else cur[5]}
+
+    def tick(self, now, thread):
+        """Do this guard's watchdog work; return the seconds until it needs the thread again."""
+        return self.watch.tick(self, now, thread)
+
+    def fire(self, cur, elapsed):
+        """Report the stuck call with every thread's stack and abort the whole job."""
+        watchdog.fire(self, cur, elapsed)

@@ -1,0 +1,105 @@
+"""The ``chainermn`` logger: every record carries the rank and host it came from.
+
+>>> from chainermn_comm.log import get_logger
+>>> logger = get_logger('watchdog')        # the logger 'chainermn.watchdog'
+>>> logger.warning('waited %d s', 60)      # chainermn: [rank 0 host node1] waited 60 s
+
+Records have ``rank`` and ``host`` attributes (``%(rank)s``, ``%(host)s`` in a format).  Until
+the user configures logging (a handler on the ``chainermn`` logger or on the root logger), a
+default handler writes them to ``sys.stderr`` as ``chainermn: [rank R host H] message``,
+flushed at once (the watchdog logs while the process dies).  Silence or redirect them the usual
+way: ``logging.getLogger('chainermn').setLevel(logging.CRITICAL)``, or add a handler.  Warnings
+stay :mod:`warnings`.
+"""
+
+import logging
+import os
+import socket
+import sys
+
+__all__ = ['get_logger', 'LOGGER_NAME', 'FORMAT', 'rank_and_host']
+
+#: Name of the logger every chainermn logger descends from.
+LOGGER_NAME = 'chainermn'
+#: Format of the default handler.
+FORMAT = 'chainermn: [rank %(rank)s host %(host)s] %(message)s'
+
+_host = []
+
+
+def rank_and_host():
+    """Return (rank in MPI.COMM_WORLD, else the launcher's rank variable, else '?'; host name)."""
+    rank = None
+    try:
+        if 'mpi4py.MPI' in sys.modules:
+            from mpi4py import MPI
+            if MPI.Is_initialized() and not MPI.Is_finalized():
+                rank = MPI.COMM_WORLD.Get_rank()
+    except Exception:
+        pass
+    if rank is None:
+        for name in ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID'):
+            if name in os.environ:
+                rank = os.environ[name]
+                break
+        else:
+            rank = '?'
+    if not _host:
+        _host.append(socket.gethostname())  # never imports mpi4py.MPI: that would initialise MPI
+    return rank, _host[0]
+
+
+class _RankFilter(logging.Filter):
+    """Put ``rank`` and ``host`` into each record (unless the caller gave them in ``extra``)."""
+
+    def filter(self, record):
+        if not hasattr(record, 'rank') or not hasattr(record, 'host'):
+            rank, host = rank_and_host()
+            if not hasattr(record, 'rank'):
+                record.rank = rank
+            if not hasattr(record, 'host'):
+                record.host = host
+        return True
+
+
+class _DefaultHandler(logging.Handler):
+    """Write to the current ``sys.stderr`` and flush, unless the user configured a handler."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(logging.Formatter(FORMAT))
+
+    def emit(self, record):
+        top = logging.getLogger(LOGGER_NAME)
+        if any(h is not self for h in top.handlers) or logging.getLogger().handlers:
+            return  # the user decides where records go
+        try:
+            stream = sys.stderr
+            stream.write(self.format(record) + '\n')
+            stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
+_filter = _RankFilter()
+_default = _DefaultHandler()
+
+
+def _setup():
+    top = logging.getLogger(LOGGER_NAME)
+    if _filter not in top.filters:
+        top.addFilter(_filter)
+    if _default not in top.handlers:
+        top.addHandler(_default)
+    return top
+
+
+def get_logger(name=None):
+    """Return the logger ``chainermn.<name>`` (``chainermn`` itself when ``name`` is None)."""
+    top = _setup()
+    if not name:
+        return top
+    logger = top.getChild(name)
+    if _filter not in logger.filters:
+        logger.addFilter(_filter)
+    return logger

@@ -1,0 +1,146 @@
+"""Every CHAINERMN_* variable is read by one parser (chainermn_comm.settings), with one kind of error."""
+
+import re
+import warnings
+
+import pytest
+
+from chainermn_comm import protocol, settings
+from chainermn_comm.testing import run_mpi
+
+
+def _read(name, value):
+    return settings.read(name, environ={} if value is None else {name: value})
+
+
+@pytest.mark.parametrize('value,expected', [(None, True), ('', True), ('1', True), (' yes ', True),
+                                            ('ON', True), ('0', False), ('false', False),
+                                            ('no', False), ('off', False)])
+def test_flag_with_default_true(value, expected):
+    assert _read(protocol.CHECK_ENV, value) is expected
+
+
+@pytest.mark.parametrize('value,expected', [(None, False), ('1', True), ('true', True), ('0', False)])
+def test_flag_with_default_false(value, expected):
+    assert _read(protocol.DEBUG_ENV, value) is expected
+
+
+@pytest.mark.parametrize('name', [protocol.CHECK_ENV, protocol.DEBUG_ENV, protocol.SHM_REDUCE_ENV,
+                                  protocol.FORCE_ABORT_ENV, protocol.SLURM_PMI_FIX_ENV])
+@pytest.mark.parametrize('value', ['abc', '2', 'enable'])
+def test_flags_refuse_other_words(name, value):
+    """Values that used to be taken silently (CHAINERMN_CHECK=abc, CHAINERMN_DEBUG=abc) now fail."""
+    with pytest.raises(ValueError) as e:
+        _read(name, value)
+    text = str(e.value)
+    assert text.startswith("{}={!r} is not understood: it takes 1 or 0".format(name, value)), text
+    assert 'unset it for the default' in text, text
+
+
+@pytest.mark.parametrize('value,expected', [(None, None), ('', None), ('auto', None), ('1', True),
+                                            ('off', False)])
+def test_tristate(value, expected):
+    assert _read(protocol.CUDA_AWARE_ENV, value) is expected
+
+
+def test_tristate_refuses_other_words():
+    with pytest.raises(ValueError, match=r"CHAINERMN_CUDA_AWARE='maybe' is not understood: it takes "
+                                         r"1 or 0 .*or auto/unset to detect"):
+        _read(protocol.CUDA_AWARE_ENV, 'maybe')
+
+
+def test_int():
+    assert _read(protocol.RANKS_PER_NODE_ENV, None) is None
+    assert _read(protocol.RANKS_PER_NODE_ENV, ' 2 ') == 2
+    assert settings.read(protocol.CHUNK_BYTES_ENV, 4096, environ={}) == 4096  # the code's default
+    for bad in ('zero', '0', '1.5', '-3'):
+        with pytest.raises(ValueError, match=r"CHAINERMN_RANKS_PER_NODE='{}' is not understood: it "
+                                             r"takes an integer >= 1".format(re.escape(bad))):
+            _read(protocol.RANKS_PER_NODE_ENV, bad)
+
+
+def test_float():
+    assert _read(protocol.TIMEOUT_ENV, None) == 1800.0
+    assert _read(protocol.TIMEOUT_ENV, '0') == 0.0            # 0: the watchdog is off
+    assert _read(protocol.STALL_SECONDS_ENV, '2.5') == 2.5
+    for bad in ('soon', '-1', 'nan'):
+        with pytest.raises(ValueError, match=r"CHAINERMN_TIMEOUT='{}' is not understood: it takes a "
+                                             r"number >= 0 \(seconds a rank may block".format(bad)):
+            _read(protocol.TIMEOUT_ENV, bad)
+
+
+def test_choice():
+    assert _read(protocol.OVERLAP_MODE_ENV, None) == ''
+    assert _read(protocol.OVERLAP_MODE_ENV, 'Thread') == 'thread'
+    with pytest.raises(ValueError, match=r"CHAINERMN_OVERLAP_MODE='fast' is not understood: it takes "
+                                         r"one of thread, inline, end"):
+        _read(protocol.OVERLAP_MODE_ENV, 'fast')
+
+
+def test_text():
+    assert _read(protocol.NODE_LOCAL_ENV, '/tmp/x') == '/tmp/x'
+    assert _read(protocol.NODE_LOCAL_ENV, None) is None
+
+
+def test_check_environment_raises_on_the_first_bad_value_and_warns_on_unknown_names():
+    with pytest.raises(ValueError, match="CHAINERMN_DEBUG='abc'"):
+        settings.check_environment({'CHAINERMN_CHECK': '1', 'CHAINERMN_DEBUG': 'abc'})
+    with pytest.warns(settings.UnknownVariableWarning, match='CHAINERMN_TIMOUT .*Did you mean '
+                                                            'CHAINERMN_TIMEOUT'):
+        settings.check_environment({'CHAINERMN_TIMOUT': '5'})
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        settings.check_environment({'CHAINERMN_TEST_ANYTHING': 'x', 'PATH': '/bin',
+                                    'CHAINERMN_TIMEOUT': '5'})
+
+
+def test_readers_use_the_one_parser(monkeypatch):
+    """The modules that read a variable raise the settings error, not one of their own."""
+    from chainermn_comm import _shm_reduce, _topology
+    from chainermn_comm.guard import config
+    from chainermn_comm.gpu import _cuda_aware
+    cases = [(protocol.CHECK_ENV, 'abc', config.check_enabled),
+             (protocol.DEBUG_ENV, 'abc', config.debug_enabled),
+             (protocol.TIMEOUT_ENV, 'soon', lambda: config.resolve_timeout(None)),
+             (protocol.STALL_SECONDS_ENV, '-1', config.resolve_stall_seconds),
+             (protocol.SHM_REDUCE_ENV, 'abc', _shm_reduce._shm_enabled),
+             (protocol.RANKS_PER_NODE_ENV, 'zero', _topology._simulated_node_size),
+             (protocol.CUDA_AWARE_ENV, 'maybe', lambda: _cuda_aware.parse_override('maybe'))]
+    for name, value, fn in cases:
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=r'^{}={!r} is not understood'.format(name, value)):
+            fn()
+        monkeypatch.delenv(name)
+
+
+SCRIPT = '''
+import sys
+import chainermn_comm
+try:
+    comm = chainermn_comm.create_communicator('naive')
+except ValueError as e:
+    sys.stderr.write('RANK-FAILED {}\\n'.format(e))
+    raise
+print('CREATED')
+'''
+
+
+@pytest.mark.parametrize('name,value', [(protocol.CHECK_ENV, 'abc'), (protocol.DEBUG_ENV, 'abc')])
+def test_bad_value_fails_at_start_up_on_every_rank(tmp_path, name, value):
+    script = tmp_path / 'start.py'
+    script.write_text(SCRIPT)
+    res = run_mpi([script], 2, timeout=60, env={name: value})
+    report = 'status {}\n--- stdout ---\n{}\n--- stderr ---\n{}'.format(res.returncode, res.stdout,
+                                                                        res.stderr)
+    assert not res.timed_out, report
+    assert res.returncode != 0, report
+    assert 'CREATED' not in res.stdout, report
+    message = "{}={!r} is not understood: it takes 1 or 0".format(name, value)
+    assert res.stderr.count('RANK-FAILED ' + message) == 2, report
+
+
+def test_good_environment_starts(tmp_path):
+    script = tmp_path / 'start.py'
+    script.write_text(SCRIPT)
+    res = run_mpi([script], 2, timeout=60, env={protocol.CHECK_ENV: 'yes', protocol.DEBUG_ENV: 'off'})
+    assert res.returncode == 0 and res.stdout.count('CREATED') == 2, res
