@@ -46,11 +46,7 @@ import chainer
 import numpy
 from chainer import _backprop_utils
 
-from chainermn_comm import _grad
-from chainermn_comm import _shm_reduce
-from chainermn_comm import _stream
-from chainermn_comm import _topology
-from chainermn_comm._errors import CommunicationError
+from chainermn_comm import CommunicationError, engine
 from chainermn_train import _buckets
 from chainermn_train import _overlap_device
 
@@ -115,16 +111,16 @@ class BackwardOverlap:
         self.link = link
         self.bucket_bytes = bucket_bytes
         self._mpi_comm = communicator.mpi_comm.Dup()
-        topology = _topology.detect_topology(self._mpi_comm)
-        self._reducer = _shm_reduce.NodeReducer(
-            self._mpi_comm, topology, _grad.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
+        topology = engine.detect_topology(self._mpi_comm)
+        self._reducer = engine.NodeReducer(
+            self._mpi_comm, topology, engine.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
         #: When host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
         self._setting = _mode_setting()  # MODE_ENV as set (may be empty), read once
         self.mode = _pick_mode(topology.intra_size, self._setting)
         # The background thread waits for the wire sleeping, not spinning in MPI: backward
         # needs the core while a slow link carries the buckets.  The pause fits the link's
         # rate: every test takes the interpreter lock from backward for a moment.
-        self._reducer.chunked.polite = _stream.Pacer() if self.mode == 'thread' else False
+        self._reducer.chunked.polite = engine.Pacer() if self.mode == 'thread' else False
         self._stream = None  # the side CUDA stream of the device path, made on first use
         self._layout = None
         self._code = _backprop_frame_code()
