@@ -43,7 +43,7 @@ def allow_pickle(explicit):
     if explicit is not None:
         return bool(explicit), 'the allow_pickle=True argument'
     allowed = settings.read(ALLOW_PICKLE_ENV)
-    return allowed, '{}={}'.format(ALLOW_PICKLE_ENV, os.environ.get(ALLOW_PICKLE_ENV, '').strip())
+    return allowed, '{}={}'.format(ALLOW_PICKLE_ENV, int(allowed))
 
 
 def start_fresh(explicit):
