@@ -85,8 +85,8 @@ VARIABLES = collections.OrderedDict((v.name, v) for v in [
     _var(NODE_LOCAL_ENV, 'text', None, 'a directory private to this node (namespace cluster)'),
     _var(OVERLAP_BUCKET_BYTES_ENV, 'int', None, 'bytes per bucket of the overlapped all-reduce',
          minimum=1),
-    _var(OVERLAP_MODE_ENV, 'choice', '', 'when overlapped host buckets are averaged',
-         choices=('thread', 'inline', 'end')),
+    _var(OVERLAP_MODE_ENV, 'choice', '', 'when overlapped buckets are averaged (stream: on a side '
+         'CUDA stream even with one rank)', choices=('thread', 'inline', 'end', 'stream')),
     _var(RANKS_PER_NODE_ENV, 'int', None, 'ranks per simulated node (tests and benchmarks)',
          minimum=1),
     _var(SHM_CHUNK_BYTES_ENV, 'int', None, 'bytes per piece of the node-shared-memory sum',

@@ -13,8 +13,7 @@ import threading
 
 import numpy
 
-from chainermn_comm import _shm_reduce
-from chainermn_comm import _topology
+from chainermn_comm import CommunicationError, engine
 from chainermn_train import _params
 
 __all__ = ['DoubleBufferingReducer', 'check_double_buffering_support']
@@ -88,7 +87,7 @@ class DoubleBufferingReducer:
         self._zero_fill = zero_fill
         self._mpi_comm = communicator.mpi_comm.Dup()
         # The same reducer as multi_node_mean_grad (node-shared memory first), so the bits match.
-        self._reducer = _shm_reduce.NodeReducer(self._mpi_comm, _topology.detect_topology(self._mpi_comm))
+        self._reducer = engine.NodeReducer(self._mpi_comm, engine.detect_topology(self._mpi_comm))
         self._red_dtype = getattr(communicator, 'allreduce_grad_dtype', None)
         self._sig = None
         self._ready = None      # buffers holding averaged gradients of the previous iteration
@@ -134,7 +133,6 @@ class DoubleBufferingReducer:
         timeout = getattr(self._communicator, 'timeout', 0) or None
         t.join(timeout)
         if t.is_alive():
-            from chainermn_comm import CommunicationError
             raise CommunicationError(
                 'rank {}: the background gradient all-reduce of double buffering did not finish '
                 'within {} s; another rank is probably stuck or dead'.format(

@@ -4,12 +4,16 @@ While the patched ``evaluate`` runs, each of the evaluator's iterators is wrappe
 counts the examples of every batch it yields (``len(batch)``).  The results of all ranks are then
 combined as ``sum_r n_r * v_r / sum_r n_r`` where ``n_r`` is the number of examples rank ``r``
 evaluated.  When a rank's iterators yielded nothing countable, its weight is 1 (plain mean).
+Each evaluation also compares a fingerprint of the target's parameters across ranks (see
+``_fingerprint``): averaging the results of different models warns once.
 """
 
 import copy
 import types
 
 import numpy
+
+from chainermn_train import _fingerprint
 
 __all__ = ['create_multi_node_evaluator']
 
@@ -92,6 +96,9 @@ def _mn_evaluate(self):
         for name, it in originals.items():
             iterators[name] = it
     local = local if local is not None else {}
+    target = getattr(self, '_targets', {}).get('main')
+    if hasattr(target, 'namedparams'):
+        _fingerprint.check_same_parameters(comm, target, 'the multi-node evaluator')
     mine = {k: _as_float(v) for k, v in local.items()}
     gathered = comm.allgather_obj((counter[0], mine))
     combined = _combine(gathered)

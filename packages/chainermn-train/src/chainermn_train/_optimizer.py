@@ -8,8 +8,19 @@ __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 # wrapped optimizer.
 _OWN = frozenset([
     'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap',
-    '_mn_synced_sig', '_mn_double', '_overlap',
+    '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked',
 ])
+
+
+def _batch_size(args, kwds):
+    """Return the length of the first batch-like argument of ``update`` (None if there is none)."""
+    for value in list(args) + list(kwds.values()):
+        shape = getattr(value, 'shape', None)
+        if shape:
+            return int(shape[0])
+        if isinstance(value, (list, tuple)) and value:
+            return len(value)
+    return None
 
 
 class MultiNodeOptimizer:
@@ -33,6 +44,7 @@ class MultiNodeOptimizer:
         d['_mn_synced_sig'] = None
         d['_overlap'] = None
         d['_mn_double'] = None
+        d['_mn_batch_checked'] = False
         if double_buffering:
             from chainermn_train._double_buffer import DoubleBufferingReducer
             d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill)
@@ -75,6 +87,8 @@ class MultiNodeOptimizer:
         if target is None:
             raise RuntimeError('rank {}: the multi-node optimizer is not set up; call '
                                'optimizer.setup(model) before update()'.format(self.communicator.rank))
+        if not self._mn_batch_checked and self.communicator.size > 1:
+            self._mn_check_batch_sizes(_batch_size(args, kwds) if lossfun is not None else None)
         if lossfun is not None:
             # Parameters that exist before the forward pass are made equal before it runs.
             self._mn_sync_if_changed()
@@ -121,6 +135,27 @@ class MultiNodeOptimizer:
             self._mn_double.swap(target)
         else:
             self.communicator.multi_node_mean_grad(target, self.zero_fill)
+
+    def _mn_check_batch_sizes(self, size):
+        """At the first update: raise ValueError on every rank unless every rank feeds the same batch size.
+
+        One small allgather, once.  Ranks whose batch size is unknown (no batch passed to
+        ``update``) are not compared.
+        """
+        self.__dict__['_mn_batch_checked'] = True
+        comm = self.communicator
+        sizes = comm.allgather_obj(size)
+        known = {s for s in sizes if s is not None}
+        if len(known) > 1:
+            raise ValueError(
+                'rank {}: the ranks of the multi-node optimizer\'s communicator feed batches of '
+                'different sizes to its first update ({}). Every rank averages its gradient with '
+                'equal weight and the ranks reach epoch boundaries at different iterations (their '
+                'extensions would then run collectives on some ranks only): give every rank\'s '
+                'iterator the same batch_size (the global batch is batch_size x {} ranks) and '
+                'scatter the dataset with chainermn.scatter_dataset'.format(
+                    comm.rank, ', '.join('rank {}: {}'.format(r, s) for r, s in enumerate(sizes)),
+                    comm.size))
 
     def _mn_bcast_params(self):
         target = self.actual_optimizer.target

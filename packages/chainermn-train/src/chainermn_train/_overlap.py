@@ -46,18 +46,14 @@ import chainer
 import numpy
 from chainer import _backprop_utils
 
-from chainermn_comm import _grad
-from chainermn_comm import _shm_reduce
-from chainermn_comm import _stream
-from chainermn_comm import _topology
-from chainermn_comm._errors import CommunicationError
+from chainermn_comm import CommunicationError, engine, protocol, settings
 from chainermn_train import _buckets
 from chainermn_train import _overlap_device
 
 __all__ = ['BackwardOverlap', 'BUCKET_ENV', 'DEFAULT_BUCKET_BYTES', 'MODE_ENV', 'MODES']
 
 #: Bytes of gradient per bucket that the background thread averages at once.
-BUCKET_ENV = 'CHAINERMN_OVERLAP_BUCKET_BYTES'
+BUCKET_ENV = protocol.OVERLAP_BUCKET_BYTES_ENV
 DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
 #: When buckets are averaged: ``thread`` (a background thread, while backward runs),
 #: ``inline`` (in backward itself, as each bucket completes) or ``end`` (after backward, in
@@ -65,15 +61,12 @@ DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
 #: CuPy gradients are always averaged on a side CUDA stream while backward runs, except with
 #: ``end``; ``stream`` asks for that also with a single rank (host gradients then take the
 #: default).
-MODE_ENV = 'CHAINERMN_OVERLAP_MODE'
+MODE_ENV = protocol.OVERLAP_MODE_ENV
 MODES = ('thread', 'inline', 'end', 'stream')
 
 
 def _mode_setting():
-    value = os.environ.get(MODE_ENV, '').strip().lower()
-    if value and value not in MODES:
-        raise ValueError('{}={!r}: use one of {}'.format(MODE_ENV, value, ', '.join(MODES)))
-    return value
+    return settings.read(MODE_ENV) or ''
 
 
 def _pick_mode(ranks_on_node, value=None):
@@ -108,23 +101,23 @@ class BackwardOverlap:
 
     def __init__(self, communicator, link, bucket_bytes=None, chunk_bytes=None):
         if bucket_bytes is None:
-            bucket_bytes = int(os.environ.get(BUCKET_ENV, DEFAULT_BUCKET_BYTES))
+            bucket_bytes = settings.read(BUCKET_ENV, default=DEFAULT_BUCKET_BYTES)
         if bucket_bytes < 1:
             raise ValueError('{} must be positive; got {}'.format(BUCKET_ENV, bucket_bytes))
         self.communicator = communicator
         self.link = link
         self.bucket_bytes = bucket_bytes
         self._mpi_comm = communicator.mpi_comm.Dup()
-        topology = _topology.detect_topology(self._mpi_comm)
-        self._reducer = _shm_reduce.NodeReducer(
-            self._mpi_comm, topology, _grad.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
+        topology = engine.detect_topology(self._mpi_comm)
+        self._reducer = engine.NodeReducer(
+            self._mpi_comm, topology, engine.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
         #: When host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
         self._setting = _mode_setting()  # MODE_ENV as set (may be empty), read once
         self.mode = _pick_mode(topology.intra_size, self._setting)
         # The background thread waits for the wire sleeping, not spinning in MPI: backward
         # needs the core while a slow link carries the buckets.  The pause fits the link's
         # rate: every test takes the interpreter lock from backward for a moment.
-        self._reducer.chunked.polite = _stream.Pacer() if self.mode == 'thread' else False
+        self._reducer.chunked.polite = engine.Pacer() if self.mode == 'thread' else False
         self._stream = None  # the side CUDA stream of the device path, made on first use
         self._layout = None
         self._code = _backprop_frame_code()

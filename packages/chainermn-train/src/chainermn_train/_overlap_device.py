@@ -50,7 +50,7 @@ def device_group(communicator, params):
     wanted = getattr(communicator, 'allreduce_grad_dtype', None)
     if wanted is not None and numpy.dtype(wanted) != dtype:
         return None
-    from chainermn_comm.gpu._nccl import nccl_dtype
+    from chainermn_comm.engine import nccl_dtype
     if nccl_dtype(dtype) is None:
         return None
     return group

@@ -17,18 +17,22 @@ Usage::
     trainer.run()            # exits with status 75 when preempted
 """
 
+import logging
 import signal
-import sys
 import threading
 
 import numpy
 from chainer.training import extension
 
+from chainermn_comm import protocol
+
 __all__ = ['PREEMPTED_EXIT_STATUS', 'Preempted', 'PreemptionHandler', 'install']
 
 #: Exit status of a rank that stopped because of SIGTERM after writing a checkpoint
 #: (``EX_TEMPFAIL`` from sysexits.h: "try again later" -- relaunch the job to resume).
-PREEMPTED_EXIT_STATUS = 75
+PREEMPTED_EXIT_STATUS = protocol.PREEMPTED_EXIT_STATUS
+
+_log = logging.getLogger('chainermn.train')
 
 
 class Preempted(SystemExit):
@@ -128,8 +132,7 @@ class PreemptionHandler(extension.Extension):
                        self.comm.rank, why, iteration,
                        'written' if self.checkpointer is not None else 'NOT written (no checkpointer)',
                        PREEMPTED_EXIT_STATUS))
-        sys.stderr.write(message + '\n')
-        sys.stderr.flush()
+        _log.warning(message)
         return True
 
     # -- trainer extension ------------------------------------------------------

@@ -17,7 +17,7 @@ import _common  # noqa: E402
 import _poison  # noqa: E402
 
 import chainermn_train  # noqa: E402
-from chainermn_train.extensions import _checkpoint, _safe_npz  # noqa: E402
+from chainermn_train.extensions import _checkpoint_policy, _safe_npz  # noqa: E402
 from chainermn_train.extensions._checkpoint import CheckpointWarning, UnsafeCheckpointError  # noqa: E402
 
 ENV = 'CHAINERMN_ALLOW_PICKLE'
@@ -26,7 +26,7 @@ ENV = 'CHAINERMN_ALLOW_PICKLE'
 @pytest.fixture(autouse=True)
 def _fresh_opt_in_state(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.setattr(_checkpoint, '_pickle_warned', False)
+    monkeypatch.setattr(_checkpoint_policy, '_pickle_warned', False)
 
 
 def _shared_tmpdir(comm):

@@ -22,11 +22,16 @@ its new shard.  When snapshots exist and none can be used, ``maybe_load`` raises
 :class:`SnapshotUnusableError` naming every generation and why it was rejected, unless the caller
 opts in to start fresh (``start_fresh=True`` or ``CHAINERMN_START_FRESH=1``).  Files written by a
 job of another world size are removed only once a complete generation of the current size exists.
+
+This module is the extension; its jobs live beside it: ``_snapshot_writer`` (how a file is written
+atomically), ``_checkpoint_policy`` (pickle opt-in, directory safety, the error classes),
+``_generations`` (listing, completeness, garbage collection), ``_checkpoint_load`` (agreement on a
+generation, resharding) and ``_launch_status`` (progress for ``python -m chainermn launch``).
+Each time it runs as an extension it also compares the model's parameters across ranks
+(``chainermn_train._fingerprint``).
 """
 
-import io
 import os
-import stat
 import sys
 import time
 import warnings
@@ -34,109 +39,16 @@ import warnings
 import chainer
 import numpy
 
-from chainermn_train.extensions import _resize, _safe_npz
+from chainermn_train import _fingerprint
+from chainermn_train.extensions import (_checkpoint_load, _generations, _launch_status, _resize,
+                                        _safe_npz, _snapshot_writer)
+from chainermn_train.extensions._checkpoint_policy import (ALLOW_PICKLE_ENV, START_FRESH_ENV,
+                                                           CheckpointWarning, SnapshotUnusableError,
+                                                           UnsafeCheckpointError, directory_problem)
 
 __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',
            'CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError', 'ALLOW_PICKLE_ENV',
            'START_FRESH_ENV']
-
-#: Environment variable that lets ``maybe_load`` unpickle snapshots (``1``) when the code does not
-#: pass ``allow_pickle``; only for files you trust.
-ALLOW_PICKLE_ENV = 'CHAINERMN_ALLOW_PICKLE'
-#: Environment variable that lets ``maybe_load`` start from iteration 0 (``1``) when snapshots
-#: exist but none can be used (default: raise :class:`SnapshotUnusableError`).
-START_FRESH_ENV = 'CHAINERMN_START_FRESH'
-#: Set by ``python -m chainermn launch``: rank 0 then prints a line after the first iteration.
-ELASTIC_ENV = 'CHAINERMN_ELASTIC'
-#: Set by ``python -m chainermn launch``: a file where rank 0 writes the iteration after each one.
-PROGRESS_ENV = 'CHAINERMN_LAUNCH_PROGRESS'
-_PROGRESS_EXT = 'chainermn_launch_progress'
-
-_OPT_IN_HINT = ('if you trust the file(s), opt in to pickle with create_multi_node_checkpointer(..., '
-                'allow_pickle=True), maybe_load(..., allow_pickle=True) or {}=1; otherwise remove '
-                'them'.format(ALLOW_PICKLE_ENV))
-_pickle_warned = False  # the opt-in warns once per process
-_TRUE = ('1', 'true', 'yes', 'on')
-_FALSE = ('', '0', 'false', 'no', 'off')
-
-
-class CheckpointWarning(UserWarning):
-    """Warned when a snapshot cannot be used, when pickle is used, or for an unsafe directory."""
-
-
-class SnapshotUnusableError(RuntimeError):
-    """Raised by ``maybe_load`` when snapshots exist but none can be used (nothing is deleted)."""
-
-
-class UnsafeCheckpointError(SnapshotUnusableError):
-    """Raised by ``maybe_load`` when no snapshot can be loaded and some were refused for pickle."""
-
-
-def _env_flag(name, what_true, what_false):
-    value = os.environ.get(name, '').strip()
-    if value.lower() not in _TRUE + _FALSE:
-        raise ValueError('{}={!r} is not understood; set it to 1 to {}, or 0 (or leave it unset) to '
-                         '{}'.format(name, value, what_true, what_false))
-    return value.lower() in _TRUE, '{}={}'.format(name, value)
-
-
-def _allow_pickle(explicit):
-    """Return ``(allowed, how)``: the explicit argument if given, else ``$CHAINERMN_ALLOW_PICKLE``."""
-    if explicit is not None:
-        return bool(explicit), 'the allow_pickle=True argument'
-    return _env_flag(ALLOW_PICKLE_ENV, 'let the checkpointer unpickle snapshots you trust',
-                     'refuse them')
-
-
-def _start_fresh(explicit):
-    if explicit is not None:
-        return bool(explicit)
-    return _env_flag(START_FRESH_ENV, 'start from iteration 0 when no snapshot can be used',
-                     'raise an error then')[0]
-
-
-def _warn_pickle_once(rank, path, keys, how):
-    global _pickle_warned
-    if _pickle_warned:
-        return
-    _pickle_warned = True
-    warnings.warn('rank {}: unpickled key(s) {} of {} because of {}; unpickling runs any code the file '
-                  'names, so only do this for snapshots you trust (this warning is shown once per '
-                  'process)'.format(rank, ', '.join(repr(k) for k in keys[:8]), path, how),
-                  CheckpointWarning, stacklevel=6)
-
-
-def _directory_problem(path):
-    """Return why other users could write snapshots into the directory ``path``, or None."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    problems = []
-    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
-        problems.append('world-writable without the sticky bit')
-    geteuid = getattr(os, 'geteuid', None)
-    if geteuid is not None and st.st_uid != geteuid():
-        problems.append('owned by uid {} while this process runs as uid {}'.format(
-            st.st_uid, geteuid()))
-    if not problems:
-        return None
-    return ('checkpoint directory {} (mode {:04o}, {}) is {}: other users can put snapshots there that '
-            'this job resumes from; use a directory only you can write to (e.g. chmod o-w)'.format(
-                path, stat.S_IMODE(st.st_mode), stat.filemode(st.st_mode), ' and '.join(problems)))
-
-
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _iteration_of(obj):
@@ -183,6 +95,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._saves_since_gc = 0
         self._failed = False
         self._trainer = None
+        self._launch_status = _launch_status.LaunchStatus(comm)
         self._stats = {'saves': 0, 'save_seconds': 0.0, 'bytes_saved': 0, 'loads': 0,
                        'load_seconds': 0.0, 'loaded_iteration': None, 'last_saved_iteration': None,
                        'skipped_unreadable': 0, 'refused_pickle': 0, 'files_removed': 0}
@@ -208,7 +121,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if self._dir_checked:
             return
         self._dir_checked = True
-        problem = _directory_problem(self.path)
+        problem = directory_problem(self.path)
         if problem is not None:
             warnings.warn('rank {}: {}'.format(self.comm.rank, problem), CheckpointWarning, stacklevel=3)
 
@@ -221,27 +134,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def visible_files(self):
         """Return the sorted ``(rank, iteration)`` of every snapshot file of this name in the directory."""
-        prefix = self.name + '.'
-        out = []
-        try:
-            entries = os.listdir(self.path)
-        except FileNotFoundError:
-            return out
-        for fn in entries:
-            if fn.startswith(prefix):
-                parts = fn[len(prefix):].split('.')
-                if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                    out.append((int(parts[0]), int(parts[1])))
-        return sorted(out)
+        return _generations.list_files(self.path, self.name)
 
     def _meta_of(self, iteration, rank):
         """Return the metadata of a file, or ``(kind, why)`` when it cannot be read."""
-        try:
-            return _safe_npz.read_meta(self.filename(iteration, rank))
-        except _safe_npz.PickleRequired as e:
-            return ('refused', str(e))
-        except Exception as e:
-            return ('unreadable', '{}: {}'.format(type(e).__name__, e))
+        return _generations.read_meta(self.filename(iteration, rank))
 
     def _scan(self):
         """Return ``{(iteration, rank): meta or (kind, why)}`` for the files this rank sees."""
@@ -250,6 +147,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     # -- saving -----------------------------------------------------------------------
     def __call__(self, trainer):
         self._trainer = trainer
+        self._check_parameters(trainer)   # here, not in save: save is not a collective
         self.save(trainer)
 
     def initialize(self, trainer):
@@ -272,20 +170,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._makedirs()
         final = self.filename(iteration)
         tmp = os.path.join(self.path, '{}{}.tmp{}'.format(self._tmp_prefix(), iteration, os.getpid()))
-        try:
-            with open(tmp, 'wb') as f:
-                _safe_npz.write(f, obj, _resize.generation_meta(obj, self.comm, iteration))
-                f.flush()
-                os.fsync(f.fileno())
-                size = f.tell()
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            raise
-        _fsync_dir(self.path)
+        meta = _resize.generation_meta(obj, self.comm, iteration)
+        size = _snapshot_writer.write_atomically(final, tmp, lambda f: _safe_npz.write(f, obj, meta))
         self._counter = iteration
         st = self._stats
         st['saves'] += 1
@@ -298,119 +184,24 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         st['save_seconds'] += time.monotonic() - start
         return final
 
-    def _world_size_of(self, iteration, rank):
-        meta = self._meta_of(iteration, rank)
-        return meta.get('world_size') if isinstance(meta, dict) else None
-
-    def _complete_generation_exists(self, files):
-        """Return whether every rank of this world size has a file of one iteration written at this size."""
-        size = self.comm.size
-        by_it = {}
-        for r, it in files:
-            by_it.setdefault(it, set()).add(r)
-        for it, ranks in by_it.items():
-            if all(r in ranks for r in range(size)) and all(
-                    self._world_size_of(it, r) == size for r in range(size)):
-                return True
-        return False
-
     def collect(self):
         """Remove this rank's snapshots older than the newest ``cp_interval`` ones.
 
         Files written by a job of another world size (and, on rank 0, files of ranks that this job
         does not have) are kept until a complete generation of the current size is on disk.
         """
-        size, rank = self.comm.size, self.comm.rank
-        files = self.visible_files()
-        its = [it for r, it in files if r == rank]
-        current = [it for it in its if self._world_size_of(it, rank) == size]
-        older = [(rank, it) for it in its if it not in current]
-        if rank == 0:
-            older += [(r, it) for r, it in files if r >= size]
-        if older and self._complete_generation_exists(files):
-            for r, it in older:
-                self._remove(self.filename(it, r))
-        for it in current[:-self.cp_interval]:
-            self._remove(self.filename(it))
+        for fn in _generations.files_to_collect(self.visible_files(), self.comm.rank, self.comm.size,
+                                                self.cp_interval, self.filename):
+            self._remove(fn)
 
     def _remove(self, fn):
-        try:
-            os.remove(fn)
+        if _snapshot_writer.remove_file(fn):
             self._stats['files_removed'] += 1
-        except FileNotFoundError:
-            pass
 
     def _remove_stale_tmp(self):
-        prefix = self._tmp_prefix()
-        try:
-            entries = os.listdir(self.path)
-        except FileNotFoundError:
-            return
-        for fn in entries:
-            if fn.startswith(prefix) and '.tmp' in fn:
-                try:
-                    os.remove(os.path.join(self.path, fn))
-                except OSError:
-                    pass
+        _snapshot_writer.remove_stale_tmp(self.path, self._tmp_prefix())
 
     # -- loading ----------------------------------------------------------------------
-    def _read(self, iteration, allow_pickle, how, expected=None, source=None):
-        """Return ``(values, None)``, or ``(None, (kind, why))`` when this rank cannot use the file.
-
-        ``kind`` is ``'refused'`` (it needs pickle, not allowed) or ``'unreadable'`` (missing,
-        truncated, corrupt, not a snapshot, or lacking a key of ``expected``).  ``source`` (bytes)
-        replaces reading the file.  Metadata keys are removed from ``values``.
-        """
-        fn = self.filename(iteration)
-        try:
-            values, pickled = _safe_npz.read(fn if source is None else io.BytesIO(source),
-                                             allow_pickle=allow_pickle)
-        except _safe_npz.PickleRequired as e:
-            return None, ('refused', str(e))
-        except Exception as e:  # truncated, corrupt, missing: all mean "cannot use this one"
-            return None, ('unreadable', '{}: {}'.format(type(e).__name__, e))
-        if pickled:
-            _warn_pickle_once(self.comm.rank, fn, pickled, how)
-        _safe_npz.split_meta(values)
-        problem = _resize.mismatches(expected, values)
-        if problem is not None:
-            return None, ('unreadable', 'a valid snapshot file that ' + problem)
-        return values, None
-
-    def _agree_on_generation(self, candidates, allow_pickle, how, expected=None, rejected=None):
-        """Return ``(iteration, values, refused)`` for the newest candidate every rank can read.
-
-        Collective.  Candidates are tried newest first; each rank reads its own file and the ranks
-        exchange what went wrong.  ``refused`` lists ``(rank, why)`` of the files refused for
-        needing pickle on the way; iteration and values are None when no candidate works.
-        """
-        refused = []
-        for it in sorted(candidates, reverse=True):
-            values, problem = self._read(it, allow_pickle, how, expected)
-            # Only short status tuples are exchanged, between the ranks of this job (MPI).
-            problems = self.comm.allgather_obj(problem)
-            bad = [(r, p[0], p[1]) for r, p in enumerate(problems) if p is not None]
-            if not bad:
-                return it, values, refused
-            if rejected is not None:
-                rejected.setdefault(it, []).extend(
-                    'rank {} {}: {}'.format(r, self.filename(it, r), why) for r, _, why in bad)
-            self._stats['skipped_unreadable'] += 1
-            refused_here = [(r, why) for r, kind, why in bad if kind == 'refused']
-            if refused_here:
-                self._stats['refused_pickle'] += 1
-                refused += refused_here
-            if problem is not None or self.comm.rank == 0:
-                warnings.warn(
-                    'rank {}: cannot use the snapshots of iteration {} ({}); falling back to an '
-                    'older common iteration{}'.format(
-                        self.comm.rank, it, '; '.join(
-                            'rank {} {}: {}'.format(r, self.filename(it, r),
-                                                    'refused: ' + why if kind == 'refused' else why)
-                            for r, kind, why in bad),
-                        ' ({})'.format(_OPT_IN_HINT) if refused_here else ''),
-                    CheckpointWarning, stacklevel=4)
-        return None, None, refused
 
     def maybe_load(self, trainer, optimizer=None, allow_pickle=None, start_fresh=None):
         """Resume every rank from the newest usable snapshot generation; see the module docstring.
@@ -431,197 +222,16 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         the world size it needs and why it was rejected; ``start_fresh=True`` (or
         ``$CHAINERMN_START_FRESH=1``) returns None instead.  No file is deleted either way.
         """
-        loaded = self._load(trainer, optimizer, allow_pickle, start_fresh)
-        self._report_progress(trainer)   # added after loading: snapshots never need its state
+        loaded = _checkpoint_load.load(self, trainer, optimizer, allow_pickle, start_fresh)
+        # Follows the iterations from now on: added after loading, snapshots never need its state.
+        self._launch_status.loaded(loaded, trainer)
         return loaded
 
-    def _load(self, trainer, optimizer, allow_pickle, start_fresh):
-        """Do the work of :meth:`maybe_load`."""
-        start = time.monotonic()
-        allowed, how = _allow_pickle(allow_pickle if allow_pickle is not None else self.allow_pickle)
-        fresh_ok = _start_fresh(start_fresh)
-        self._makedirs()
-        self._remove_stale_tmp()
-        local = {}
-        expected = _resize.expected_keys(trainer, local)
-        views = self.comm.allgather_obj(self._scan())
-        size, rank = self.comm.size, self.comm.rank
-        gens = {}
-        for q, view in enumerate(views):
-            for (it, r), meta in view.items():
-                gens.setdefault(it, {}).setdefault(r, []).append((q, meta))
-        rejected = {}
-        exact = [it for it, files in gens.items() if all(
-            any(q == k and (not isinstance(m, dict) or m.get('world_size', size) == size)
-                for q, m in files.get(k, ())) for k in range(size))]
-        it, values, refused = self._agree_on_generation(exact, allowed, how, expected, rejected)
-        mode = 'same world size, own files'
-        if it is None:
-            it, values, refused2, mode = self._reshard(trainer, gens, allowed, how, expected, rejected,
-                                                       local)
-            refused += refused2
-        st = self._stats
-        if it is None:
-            st['load_seconds'] += time.monotonic() - start
-            if not gens:
-                return None
-            summary = self._summary(gens, rejected)
-            if fresh_ok:
-                if rank == 0:
-                    warnings.warn('no snapshot generation of {!r} in {} can be used; starting from '
-                                  'iteration 0 as asked (start_fresh). {}'.format(
-                                      self.name, self.path, summary), CheckpointWarning, stacklevel=3)
-                return None
-            if refused:
-                raise UnsafeCheckpointError(
-                    'rank {}: no generation of the snapshots {!r} in {} can be used and some were '
-                    'refused because loading them needs pickle; nothing was loaded. Refused: {}. '
-                    'To load them anyway: {}. {}'.format(
-                        rank, self.name, self.path,
-                        '; '.join('rank {}: {}'.format(r, why) for r, why in refused), _OPT_IN_HINT,
-                        summary))
-            raise SnapshotUnusableError(
-                'rank {}: snapshots {!r} exist in {} but no generation can be used by this job of {} '
-                'rank(s); nothing was loaded and nothing was deleted. {} Fix or remove the files, or '
-                'pass maybe_load(..., start_fresh=True) (or {}=1) to start from iteration 0.'.format(
-                    rank, self.name, self.path, size, summary, START_FRESH_ENV))
-        try:
-            chainer.serializers.NpzDeserializer(values).load(trainer)
-        except KeyError as e:
-            raise SnapshotUnusableError(
-                'rank {}: the snapshot of iteration {} lacks key {} that this job needs while loading; '
-                'the job is not the one that wrote it'.format(rank, it, e)) from None
-        if optimizer is not None and hasattr(optimizer, '_mn_mark_synced'):
-            optimizer._mn_mark_synced()
-        self._counter = it
-        st['loads'] += 1
-        st['loaded_iteration'] = it
-        st['load_mode'] = mode
-        st['load_seconds'] += time.monotonic() - start
-        if rank == 0:
-            sys.stderr.write('chainermn checkpoint: loaded generation {} of {!r} ({}; {} rank(s) now)\n'
-                             .format(it, self.name, mode, size))
-            sys.stderr.flush()
-        return it
-
-    def _report_progress(self, trainer):
-        """Under ``python -m chainermn launch``: tell the launcher, from rank 0, how far training got.
-
-        Prints a line after the first iteration and, when ``$CHAINERMN_LAUNCH_PROGRESS`` names a
-        file, writes the iteration there after every iteration (the launcher counts redone work).
-        """
-        if not os.environ.get(ELASTIC_ENV) or not isinstance(trainer, chainer.training.Trainer):
-            return
-        if self.comm.rank != 0 or _PROGRESS_EXT in trainer._extensions:
-            return
-        progress = os.environ.get(PROGRESS_ENV)
-        state = {'first': True}
-
-        def report(t):
-            if state['first']:
-                state['first'] = False
-                sys.stderr.write('chainermn checkpoint: first iteration done: {}\n'.format(
-                    t.updater.iteration))
-                sys.stderr.flush()
-            if progress:   # atomic, so that a rank killed mid-write leaves the last value
-                try:
-                    with open(progress + '.tmp', 'w') as f:
-                        f.write('{}\n'.format(t.updater.iteration))
-                    os.replace(progress + '.tmp', progress)
-                except OSError:
-                    pass
-
-        trainer.extend(report, name=_PROGRESS_EXT, trigger=(1, 'iteration'),
-                       priority=chainer.training.PRIORITY_READER)
-
-    def _summary(self, gens, rejected):
-        """Describe every generation found: who wrote it, the world size it needs, why it was rejected."""
-        parts = []
-        for it in sorted(gens, reverse=True):
-            files = gens[it]
-            sizes = sorted({m.get('world_size') for fl in files.values() for _, m in fl
-                            if isinstance(m, dict) and m.get('world_size') is not None})
-            need = ('world size {}'.format('/'.join(str(x) for x in sizes)) if sizes
-                    else 'world size unknown (written without generation metadata)')
-            why = rejected.get(it) or ['no rank can read a complete snapshot file of it']
-            parts.append('iteration {} (files of rank(s) {}; written by a job of {}): {}'.format(
-                it, ','.join(str(r) for r in sorted(files)), need, '; '.join(why)))
-        return 'Generations found: ' + ' | '.join(parts) + '.'
-
-    def _reshard(self, trainer, gens, allowed, how, expected, rejected, local):
-        """Load the shared state of one readable file of the newest usable generation on every rank.
-
-        Collective.  Returns ``(iteration, values, refused, mode)``; iteration is None if none works.
-        """
-        rank = self.comm.rank
-        refused = []
-        for it in sorted(gens, reverse=True):
-            files = gens[it]
-            donors = []
-            for r in sorted(files):
-                seen = [(q, m) for q, m in files[r]]
-                metas = [m for _, m in seen if isinstance(m, dict)]
-                if not metas:
-                    rejected.setdefault(it, []).append('rank {} {}: {}'.format(
-                        r, self.filename(it, r), seen[0][1][1]))
-                    if seen[0][1][0] == 'refused':
-                        refused.append((r, seen[0][1][1]))
-                    continue
-                if 'world_size' not in metas[0]:
-                    rejected.setdefault(it, []).append(
-                        'rank {} {}: written without generation metadata (by an older chainermn), so it '
-                        'can only resume a job of the world size that wrote it, with every rank\'s own '
-                        'file'.format(r, self.filename(it, r)))
-                    continue
-                readers = [q for q, m in seen if isinstance(m, dict)]
-                donors.append((r, r if r in readers else readers[0], metas[0]))
-            for r, q, meta in donors:
-                problem, data = None, None
-                if rank == q:
-                    try:
-                        with open(self.filename(it, r), 'rb') as f:
-                            data = f.read()
-                        _safe_npz.read(io.BytesIO(data), allow_pickle=allowed)
-                    except _safe_npz.PickleRequired as e:
-                        problem = ('refused', str(e))
-                    except Exception as e:
-                        problem = ('unreadable', '{}: {}'.format(type(e).__name__, e))
-                problem = self.comm.bcast_obj(problem, root=q)
-                if problem is not None:
-                    rejected.setdefault(it, []).append('rank {} {}: {}'.format(
-                        r, self.filename(it, r), problem[1]))
-                    if problem[0] == 'refused':
-                        refused.append((r, problem[1]))
-                    continue
-                buf = self.comm.bcast(numpy.frombuffer(data, dtype=numpy.uint8) if rank == q else None,
-                                      root=q)
-                values, mine = self._read(it, allowed, how, source=buf.tobytes())
-                if mine is None:
-                    _resize.fill_local(values, local)   # e.g. rank 0's LogReport from another rank's file
-                    try:
-                        _resize.rebuild_iterator_values(trainer, values, meta, rank)
-                    except Exception as e:
-                        mine = ('unreadable', '{}: {}'.format(type(e).__name__, e))
-                if mine is None:
-                    problem = _resize.mismatches(expected, values)
-                    if problem is not None:
-                        mine = ('mismatch', problem)
-                problems = self.comm.allgather_obj(mine)
-                by_reason = {}
-                for k, p in enumerate(problems):
-                    if p is not None:
-                        by_reason.setdefault(p[1], []).append(str(k))
-                if by_reason:
-                    rejected.setdefault(it, []).append('{} (world size {}) sent by rank {}: {}'.format(
-                        self.filename(it, r), meta['world_size'], q, '; '.join(
-                            'rank(s) {}: {}'.format(','.join(ks), why) for why, ks in by_reason.items())))
-                    if any(p is not None and p[0] == 'mismatch' for p in problems):
-                        break   # every file of a generation holds the same shared state
-                    continue
-                mode = 'resharded from {} (world size {}, {} rank(s) per node)'.format(
-                    self.filename(it, r), meta['world_size'], meta.get('ranks_per_node', '?'))
-                return it, values, refused, mode
-        return None, None, refused, None
+    def _check_parameters(self, obj):
+        """Warn once when the ranks' parameters differ (all ranks take part; see ``_fingerprint``)."""
+        target = _fingerprint.model_of(obj)
+        if target is not None:
+            _fingerprint.check_same_parameters(self.comm, target, 'the checkpointer')
 
     # -- end of training --------------------------------------------------------------
     def on_error(self, trainer, exc, tb):

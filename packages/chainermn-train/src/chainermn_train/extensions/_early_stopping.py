@@ -1,5 +1,6 @@
 """MultiNodeEarlyStoppingTrigger: early stopping decided on every rank from the mean over ranks."""
 
+import logging
 import operator
 import warnings
 
@@ -10,6 +11,8 @@ from chainermn_train.extensions._host import to_host
 
 __all__ = ['MultiNodeEarlyStoppingTrigger']
 
+_log = logging.getLogger('chainermn.train')
+
 
 class MultiNodeEarlyStoppingTrigger:
     """Stop trigger that ends training on every rank at the same iteration.
@@ -19,7 +22,8 @@ class MultiNodeEarlyStoppingTrigger:
     are averaged over the ranks that observed the key, and training stops once that mean has not
     improved on the best one for ``patience`` checks in a row, or when ``max_trigger`` fires.
     ``mode`` is ``'max'``, ``'min'`` or ``'auto'`` (``'max'`` when ``monitor`` contains
-    ``'accuracy'``). Collective: use it as the stop trigger of every rank's trainer.
+    ``'accuracy'``). ``verbose=True`` logs the stop on rank 0 (INFO, logger ``chainermn.train``).
+    Collective: use it as the stop trigger of every rank's trainer.
     """
 
     def __init__(self, comm, check_trigger=(1, 'epoch'), monitor='main/loss', patience=3, mode='auto',
@@ -67,8 +71,8 @@ class MultiNodeEarlyStoppingTrigger:
             self.count += 1
         if self.count >= self.patience:
             if self.verbose and self.comm.rank == 0:
-                print('Epoch {}: early stopping ({} = {} over {} ranks; best {})'.format(
-                    trainer.updater.epoch, self.monitor, current, int(ranks), self.best))
+                _log.info('Epoch %s: early stopping (%s = %s over %d ranks; best %s)',
+                          trainer.updater.epoch, self.monitor, current, int(ranks), self.best)
             return True
         return False
 

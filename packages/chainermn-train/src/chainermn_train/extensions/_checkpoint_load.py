@@ -1,0 +1,231 @@
+"""Loading: the ranks agree on the newest usable generation and load it (or reshard it).
+
+Collective throughout.  On the same world size every rank loads its own file of the newest
+iteration all ranks can read (bitwise resume).  Otherwise every rank loads the shared state of one
+readable file of the newest usable generation, sent by a rank that can read it, and the updater's
+iterators move to the same epoch and fraction of their new shard (see ``_resize``).
+"""
+
+import io
+import logging
+import time
+import warnings
+
+import chainer
+import numpy
+
+from chainermn_train.extensions import _checkpoint_policy as policy
+from chainermn_train.extensions import _generations, _resize, _safe_npz
+
+__all__ = ['load', 'read_own']
+
+_log = logging.getLogger('chainermn.train')
+
+
+def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None):
+    """Return ``(values, None)``, or ``(None, (kind, why))`` when this rank cannot use its file.
+
+    ``kind`` is ``'refused'`` (it needs pickle, not allowed) or ``'unreadable'`` (missing,
+    truncated, corrupt, not a snapshot, or lacking a key of ``expected``).  ``source`` (bytes)
+    replaces reading the file.  Metadata keys are removed from ``values``.
+    """
+    fn = ckpt.filename(iteration)
+    try:
+        values, pickled = _safe_npz.read(fn if source is None else io.BytesIO(source),
+                                         allow_pickle=allow_pickle)
+    except _safe_npz.PickleRequired as e:
+        return None, ('refused', str(e))
+    except Exception as e:  # truncated, corrupt, missing: all mean "cannot use this one"
+        return None, ('unreadable', '{}: {}'.format(type(e).__name__, e))
+    if pickled:
+        policy.warn_pickle_once(ckpt.comm.rank, fn, pickled, how)
+    _safe_npz.split_meta(values)
+    problem = _resize.mismatches(expected, values)
+    if problem is not None:
+        return None, ('unreadable', 'a valid snapshot file that ' + problem)
+    return values, None
+
+
+def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, rejected=None):
+    """Return ``(iteration, values, refused)`` for the newest candidate every rank can read.
+
+    Collective.  Candidates are tried newest first; each rank reads its own file and the ranks
+    exchange what went wrong.  ``refused`` lists ``(rank, why)`` of the files refused for
+    needing pickle on the way; iteration and values are None when no candidate works.
+    """
+    refused = []
+    for it in sorted(candidates, reverse=True):
+        values, problem = read_own(ckpt, it, allow_pickle, how, expected)
+        # Only short status tuples are exchanged, between the ranks of this job (MPI).
+        problems = ckpt.comm.allgather_obj(problem)
+        bad = [(r, p[0], p[1]) for r, p in enumerate(problems) if p is not None]
+        if not bad:
+            return it, values, refused
+        if rejected is not None:
+            rejected.setdefault(it, []).extend(
+                'rank {} {}: {}'.format(r, ckpt.filename(it, r), why) for r, _, why in bad)
+        ckpt._stats['skipped_unreadable'] += 1
+        refused_here = [(r, why) for r, kind, why in bad if kind == 'refused']
+        if refused_here:
+            ckpt._stats['refused_pickle'] += 1
+            refused += refused_here
+        if problem is not None or ckpt.comm.rank == 0:
+            warnings.warn(
+                'rank {}: cannot use the snapshots of iteration {} ({}); falling back to an '
+                'older common iteration{}'.format(
+                    ckpt.comm.rank, it, '; '.join(
+                        'rank {} {}: {}'.format(r, ckpt.filename(it, r),
+                                                'refused: ' + why if kind == 'refused' else why)
+                        for r, kind, why in bad),
+                    ' ({})'.format(policy.OPT_IN_HINT) if refused_here else ''),
+                policy.CheckpointWarning, stacklevel=4)
+    return None, None, refused
+
+
+def _donors(ckpt, it, files, rejected, refused):
+    """Return ``(rank, reader, meta)`` of the files of generation ``it`` that some rank can read."""
+    donors = []
+    for r in sorted(files):
+        seen = list(files[r])
+        metas = [m for _, m in seen if isinstance(m, dict)]
+        if not metas:
+            rejected.setdefault(it, []).append('rank {} {}: {}'.format(
+                r, ckpt.filename(it, r), seen[0][1][1]))
+            if seen[0][1][0] == 'refused':
+                refused.append((r, seen[0][1][1]))
+            continue
+        if 'world_size' not in metas[0]:
+            rejected.setdefault(it, []).append(
+                'rank {} {}: written without generation metadata (by an older chainermn), so it '
+                'can only resume a job of the world size that wrote it, with every rank\'s own '
+                'file'.format(r, ckpt.filename(it, r)))
+            continue
+        readers = [q for q, m in seen if isinstance(m, dict)]
+        donors.append((r, r if r in readers else readers[0], metas[0]))
+    return donors
+
+
+def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local):
+    """Load the shared state of one readable file of the newest usable generation on every rank.
+
+    Collective.  Returns ``(iteration, values, refused, mode)``; iteration is None if none works.
+    """
+    rank = ckpt.comm.rank
+    refused = []
+    for it in sorted(gens, reverse=True):
+        for r, q, meta in _donors(ckpt, it, gens[it], rejected, refused):
+            problem, data = None, None
+            if rank == q:
+                try:
+                    with open(ckpt.filename(it, r), 'rb') as f:
+                        data = f.read()
+                    _safe_npz.read(io.BytesIO(data), allow_pickle=allowed)
+                except _safe_npz.PickleRequired as e:
+                    problem = ('refused', str(e))
+                except Exception as e:
+                    problem = ('unreadable', '{}: {}'.format(type(e).__name__, e))
+            problem = ckpt.comm.bcast_obj(problem, root=q)
+            if problem is not None:
+                rejected.setdefault(it, []).append('rank {} {}: {}'.format(
+                    r, ckpt.filename(it, r), problem[1]))
+                if problem[0] == 'refused':
+                    refused.append((r, problem[1]))
+                continue
+            buf = ckpt.comm.bcast(numpy.frombuffer(data, dtype=numpy.uint8) if rank == q else None,
+                                  root=q)
+            values, mine = read_own(ckpt, it, allowed, how, source=buf.tobytes())
+            if mine is None:
+                _resize.fill_local(values, local)   # e.g. rank 0's LogReport from another rank's file
+                try:
+                    _resize.rebuild_iterator_values(trainer, values, meta, rank)
+                except Exception as e:
+                    mine = ('unreadable', '{}: {}'.format(type(e).__name__, e))
+            if mine is None:
+                problem = _resize.mismatches(expected, values)
+                if problem is not None:
+                    mine = ('mismatch', problem)
+            problems = ckpt.comm.allgather_obj(mine)
+            by_reason = {}
+            for k, p in enumerate(problems):
+                if p is not None:
+                    by_reason.setdefault(p[1], []).append(str(k))
+            if by_reason:
+                rejected.setdefault(it, []).append('{} (world size {}) sent by rank {}: {}'.format(
+                    ckpt.filename(it, r), meta['world_size'], q, '; '.join(
+                        'rank(s) {}: {}'.format(','.join(ks), why) for why, ks in by_reason.items())))
+                if any(p is not None and p[0] == 'mismatch' for p in problems):
+                    break   # every file of a generation holds the same shared state
+                continue
+            mode = 'resharded from {} (world size {}, {} rank(s) per node)'.format(
+                ckpt.filename(it, r), meta['world_size'], meta.get('ranks_per_node', '?'))
+            return it, values, refused, mode
+    return None, None, refused, None
+
+
+def _unusable(ckpt, gens, rejected, refused, fresh_ok):
+    """Return None (start fresh) or raise the error that says why no generation can be used."""
+    rank, size = ckpt.comm.rank, ckpt.comm.size
+    text = _generations.summary(gens, rejected)
+    if fresh_ok:
+        if rank == 0:
+            warnings.warn('no snapshot generation of {!r} in {} can be used; starting from '
+                          'iteration 0 as asked (start_fresh). {}'.format(
+                              ckpt.name, ckpt.path, text), policy.CheckpointWarning, stacklevel=4)
+        return None
+    if refused:
+        raise policy.UnsafeCheckpointError(
+            'rank {}: no generation of the snapshots {!r} in {} can be used and some were '
+            'refused because loading them needs pickle; nothing was loaded. Refused: {}. '
+            'To load them anyway: {}. {}'.format(
+                rank, ckpt.name, ckpt.path,
+                '; '.join('rank {}: {}'.format(r, why) for r, why in refused), policy.OPT_IN_HINT,
+                text))
+    raise policy.SnapshotUnusableError(
+        'rank {}: snapshots {!r} exist in {} but no generation can be used by this job of {} '
+        'rank(s); nothing was loaded and nothing was deleted. {} Fix or remove the files, or '
+        'pass maybe_load(..., start_fresh=True) (or {}=1) to start from iteration 0.'.format(
+            rank, ckpt.name, ckpt.path, size, text, policy.START_FRESH_ENV))
+
+
+def load(ckpt, trainer, optimizer, allow_pickle, start_fresh):
+    """Do the work of ``MultiNodeCheckpointer.maybe_load``; return the loaded iteration or None."""
+    start = time.monotonic()
+    allowed, how = policy.allow_pickle(allow_pickle if allow_pickle is not None else ckpt.allow_pickle)
+    fresh_ok = policy.start_fresh(start_fresh)
+    ckpt._makedirs()
+    ckpt._remove_stale_tmp()
+    local = {}
+    expected = _resize.expected_keys(trainer, local)
+    gens = _generations.group_views(ckpt.comm.allgather_obj(ckpt._scan()))
+    size, rank = ckpt.comm.size, ckpt.comm.rank
+    rejected = {}
+    it, values, refused = agree_on_generation(ckpt, _generations.exact_candidates(gens, size),
+                                              allowed, how, expected, rejected)
+    mode = 'same world size, own files'
+    if it is None:
+        it, values, refused2, mode = reshard(ckpt, trainer, gens, allowed, how, expected, rejected,
+                                             local)
+        refused += refused2
+    st = ckpt._stats
+    if it is None:
+        st['load_seconds'] += time.monotonic() - start
+        if not gens:
+            return None
+        return _unusable(ckpt, gens, rejected, refused, fresh_ok)
+    try:
+        chainer.serializers.NpzDeserializer(values).load(trainer)
+    except KeyError as e:
+        raise policy.SnapshotUnusableError(
+            'rank {}: the snapshot of iteration {} lacks key {} that this job needs while loading; '
+            'the job is not the one that wrote it'.format(rank, it, e)) from None
+    if optimizer is not None and hasattr(optimizer, '_mn_mark_synced'):
+        optimizer._mn_mark_synced()
+    ckpt._counter = it
+    st['loads'] += 1
+    st['loaded_iteration'] = it
+    st['load_mode'] = mode
+    st['load_seconds'] += time.monotonic() - start
+    if rank == 0:
+        _log.info('chainermn checkpoint: loaded generation %d of %r (%s; %d rank(s) now)',
+                  it, ckpt.name, mode, size)
+    return it
