@@ -94,7 +94,6 @@ def test_reference_positional_tag_still_works(name):
     # recv_obj(source, tag) of the reference (ChainerMN 1.3): an int in the status place is the tag.
     comm = get(name)
     need_peers(comm)
-    prev = (comm.rank - 1) % comm.size
 
     def send(dest):
         comm.send_obj('late', dest, 4)
@@ -103,14 +102,12 @@ def test_reference_positional_tag_still_works(name):
     # Tag 3 is asked for first although tag 4 was sent first: the tag really selects.
     got = ring(comm, send, lambda s: (comm.recv_obj(s, 3), comm.recv_obj(s, numpy.int64(4))))
     assert got == ('early', 'late')
-    del prev
 
 
 @pytest.mark.parametrize('name', NAMES)
 def test_any_tag_drains_an_array_message_and_stays_in_step(name):
     comm = get(name)
     need_peers(comm)
-    prev = (comm.rank - 1) % comm.size
 
     def send(dest):
         comm.send(numpy.arange(300000, dtype=numpy.float64) + comm.rank, dest, 6)
@@ -125,7 +122,6 @@ def test_any_tag_drains_an_array_message_and_stays_in_step(name):
         return comm.recv_obj(src, st), st.Get_tag()
 
     assert ring(comm, send, recv) == ('after', 8)
-    del prev
 
 
 @pytest.mark.parametrize('name', NAMES)
