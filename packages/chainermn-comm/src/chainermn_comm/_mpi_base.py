@@ -216,20 +216,42 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
         with self._guard('send_obj', (), collective=False, dest=dest, tag=tag):
             self._pkl.send(obj, dest=dest, tag=tag)
 
-    def recv_obj(self, source, tag):
+    def recv_obj(self, source, status=None, tag=None):
+        """Receive a picklable object from ``source``; ``tag`` None (or ``MPI.ANY_TAG``) takes any tag.
+
+        ``status`` is an ``mpi4py.MPI.Status`` to fill (source, tag, byte count), as
+        ``mpi4py``'s ``recv`` does.  Chainer v7's order is ``(source, status, tag)``; the
+        reference's ``recv_obj(source, tag)`` also works, because an int in the second place
+        is taken as the tag.
+        """
+        from mpi4py import MPI
+        if isinstance(status, (int, numpy.integer)) and not isinstance(status, bool):
+            if tag is not None:
+                raise TypeError('rank {}: recv_obj got the tag twice ({!r} in the place of status, '
+                                'and tag={!r}); pass status=mpi4py.MPI.Status() or leave it out'.format(
+                                    self._rank, status, tag))
+            status, tag = None, status
+        if status is not None and not isinstance(status, MPI.Status):
+            raise TypeError('rank {}: recv_obj status must be None or an mpi4py.MPI.Status; got {}'.format(
+                self._rank, type(status).__name__))
         source = self._check_rank(source, 'source')
-        tag = self._check_tag(tag)
+        any_tag = tag is None or (not isinstance(tag, bool) and tag == MPI.ANY_TAG)
+        tag = MPI.ANY_TAG if any_tag else self._check_tag(tag)
+        # With any tag, the bytes that follow an array header carry the header's own tag: read
+        # it from a status even when the caller passed none.
+        st = status if status is not None else MPI.Status()
         with self._guard('recv_obj', (), collective=False, source=source, tag=tag):
-            obj = self._pkl.recv(source=source, tag=tag)
+            obj = self._pkl.recv(source=source, tag=tag, status=st)
         if isinstance(obj, ArrayMessage):
             # Consume the array bytes that follow the header so the sender is not left blocked
             # and the next message from this peer is read correctly.
-            with self._guard('recv_obj', (), collective=False, source=source, tag=tag):
+            got_tag = st.Get_tag()
+            with self._guard('recv_obj', (), collective=False, source=source, tag=got_tag):
                 for spec in obj.specs:
-                    self._recv_bytes(_bytes(_empty(spec)), source, tag, spec)
+                    self._recv_bytes(_bytes(_empty(spec)), source, got_tag, spec)
             raise CommunicationError(
                 'rank {}: recv_obj(source={}, tag={}) got an array message sent by send; '
-                'receive it with recv'.format(self._rank, source, tag))
+                'receive it with recv'.format(self._rank, source, got_tag))
         return obj
 
     # -- collectives on arrays ------------------------------------------------

@@ -92,8 +92,8 @@ class CommunicatorBase(abc.ABC):
         """Send a picklable object to ``dest``."""
 
     @abc.abstractmethod
-    def recv_obj(self, source, tag):
-        """Receive a picklable object from ``source``."""
+    def recv_obj(self, source, status=None, tag=None):
+        """Receive a picklable object from ``source`` (any tag when ``tag`` is None); fill ``status``."""
 
     @abc.abstractmethod
     def bcast_obj(self, obj, max_buf_len=None, root=0):

@@ -8,6 +8,7 @@ import pytest
 
 import chainermn_comm
 from chainermn_links.links import MultiNodeBatchNormalization, create_mnbn_model
+from chainermn_links.links.batch_normalization import select_backend
 
 comm = chainermn_comm.create_communicator('naive')
 RANK, SIZE = comm.rank, comm.size
@@ -143,7 +144,8 @@ def test_dtype_none_follows_config_dtype():
         assert MultiNodeBatchNormalization(3, comm).gamma.dtype == numpy.float64
         assert MultiNodeBatchNormalization(3, comm, dtype=numpy.float32).gamma.dtype == numpy.float32
     with chainer.using_config('dtype', chainer.mixed16):
-        assert MultiNodeBatchNormalization(3, comm).avg_var.dtype == numpy.float16
+        # mixed16 keeps parameters and statistics in float32, as chainer's BatchNormalization does
+        assert MultiNodeBatchNormalization(3, comm).avg_var.dtype == numpy.float32
     # float16 statistics train like chainer's own float16 BatchNormalization on the global batch.
     xg, wg = global_batch((3,), seed=60, dtype=numpy.float16)
     yr = ref(chainer.Variable(xg.copy()))
@@ -156,3 +158,111 @@ def test_dtype_none_follows_config_dtype():
                                   rtol=2e-2, atol=2e-2)
     numpy.testing.assert_allclose(mn.avg_mean, ref.avg_mean, rtol=1e-2, atol=1e-2)
     numpy.testing.assert_allclose(mn.avg_var, ref.avg_var, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize('tail', [(3,), (2, 3, 2)])
+def test_mixed16_keeps_float32_parameters_and_matches_single_process(tail):
+    # Chainer v7 and chainer.links.BatchNormalization: under mixed16 gamma, beta and the running
+    # statistics are float32; input, output and the input's gradient are float16.
+    size = tail[0]
+    with chainer.using_config('dtype', chainer.mixed16):
+        ref = L.BatchNormalization(size)
+        mn = MultiNodeBatchNormalization(size, comm)
+        half = MultiNodeBatchNormalization(size, comm, dtype=numpy.float16)   # explicit dtype wins
+        for link in (ref, mn):
+            assert link.gamma.dtype == link.beta.dtype == numpy.float32
+            assert link.avg_mean.dtype == link.avg_var.dtype == numpy.float32
+        assert half.gamma.dtype == half.avg_mean.dtype == numpy.float16
+        for it in range(3):
+            xg, wg = global_batch(tail, seed=70 + it, dtype=numpy.float16)
+            xr = chainer.Variable(xg.copy())
+            yr = ref(xr)
+            F.sum(F.cast(yr, numpy.float32) * wg.astype(numpy.float32)).backward()
+            xm = chainer.Variable(xg[LOCAL].copy())
+            ym = mn(xm)
+            F.sum(F.cast(ym, numpy.float32) * wg[LOCAL].astype(numpy.float32)).backward()
+            assert ym.dtype == numpy.float16 and xm.grad.dtype == numpy.float16
+            assert mn.gamma.grad.dtype == mn.beta.grad.dtype == numpy.float32
+            assert mn.avg_mean.dtype == mn.avg_var.dtype == numpy.float32
+            numpy.testing.assert_allclose(ym.array.astype(numpy.float32), yr.array[LOCAL], rtol=1e-2, atol=1e-2)
+            numpy.testing.assert_allclose(xm.grad.astype(numpy.float32), xr.grad[LOCAL], rtol=1e-2, atol=1e-2)
+            numpy.testing.assert_allclose(allsum(mn.gamma.grad), ref.gamma.grad, rtol=1e-3, atol=1e-3)
+            numpy.testing.assert_allclose(allsum(mn.beta.grad), ref.beta.grad, rtol=1e-3, atol=1e-3)
+            numpy.testing.assert_allclose(mn.avg_mean, ref.avg_mean, rtol=1e-3, atol=1e-3)
+            numpy.testing.assert_allclose(mn.avg_var, ref.avg_var, rtol=1e-3, atol=1e-3)
+            ref.cleargrads()
+            mn.cleargrads()
+        with chainer.using_config('train', False):
+            xg, _ = global_batch(tail, seed=99, dtype=numpy.float16)
+            yt = mn(xg[LOCAL])
+            assert yt.dtype == numpy.float16
+            numpy.testing.assert_allclose(yt.array.astype(numpy.float32), ref(xg).array[LOCAL],
+                                          rtol=1e-2, atol=1e-2)
+
+
+def test_mixed16_create_mnbn_model_keeps_float32():
+    numpy.random.seed(4)   # the same Linear weights on every rank
+    with chainer.using_config('dtype', chainer.mixed16):
+        model = chainer.ChainList(L.Linear(3, 4), L.BatchNormalization(4))
+        mn = create_mnbn_model(model, comm)
+        assert isinstance(mn[1], MultiNodeBatchNormalization)
+        assert mn[1].gamma.dtype == mn[1].avg_var.dtype == numpy.float32
+        assert mn[0].W.dtype == numpy.float16
+        xg, _ = global_batch((3,), seed=80, dtype=numpy.float16)
+        y = mn[1](mn[0](xg[LOCAL]))
+        assert y.dtype == numpy.float16
+        numpy.testing.assert_allclose(y.array.astype(numpy.float32), model[1](model[0](xg)).array[LOCAL],
+                                      rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize('backend', ['auto', 'mpi'])
+def test_backends_train_like_single_process(backend):
+    # 'auto' and 'mpi' (v7 accepts both with every communicator) run to the same result; no hang.
+    ref = L.BatchNormalization(3, dtype=numpy.float64)
+    mn = MultiNodeBatchNormalization(3, comm, dtype=numpy.float64, communication_backend=backend)
+    assert mn.communication_backend == 'mpi'
+    for it in range(2):
+        xg, wg = global_batch((3,), seed=90 + it, dtype=numpy.float64)
+        xr = chainer.Variable(xg.copy())
+        F.sum(ref(xr) * wg).backward()
+        xm = chainer.Variable(xg[LOCAL].copy())
+        F.sum(mn(xm) * wg[LOCAL]).backward()
+        numpy.testing.assert_allclose(xm.grad, xr.grad[LOCAL], rtol=1e-10, atol=1e-12)
+        numpy.testing.assert_allclose(allsum(mn.gamma.grad), ref.gamma.grad, rtol=1e-10, atol=1e-12)
+        numpy.testing.assert_allclose(mn.avg_var, ref.avg_var, rtol=1e-12)
+        ref.cleargrads()
+        mn.cleargrads()
+
+
+@pytest.mark.parametrize('value', [None, 'MPI', 'dummy', '', 1])
+def test_communication_backend_other_values_are_refused(value):
+    # v7 raises ValueError for every value but 'auto', 'mpi' and 'nccl' (case matters)
+    with pytest.raises(ValueError, match="MultiNodeBatchNormalization: communication_backend must be one of "
+                                         "'auto', 'mpi', 'nccl'; got {}".format(repr(value))):
+        MultiNodeBatchNormalization(3, comm, communication_backend=value)
+    with pytest.raises(ValueError, match='must be one of'):
+        create_mnbn_model(L.BatchNormalization(3), comm, communication_backend=value)
+
+
+class _StandIn:
+    """Just what select_backend reads of a communicator: its name (and maybe uses_nccl)."""
+
+    def __init__(self, name, **kw):
+        self.name = name
+        self.__dict__.update(kw)
+
+
+@pytest.mark.parametrize('name,nccl', [('naive', False), ('flat', False), ('pure_nccl', True),
+                                       ('hierarchical', True), ('two_dimensional', True),
+                                       ('single_node', True), ('non_cuda_aware', True)])
+def test_backend_for_each_communicator_kind(name, nccl):
+    c = _StandIn(name)
+    assert select_backend(c, 'auto') == ('nccl' if nccl else 'mpi')
+    assert select_backend(c, 'mpi') == 'mpi'            # v7: 'mpi' works with every communicator
+    if nccl:
+        assert select_backend(c, 'nccl') == 'nccl'
+    else:
+        with pytest.raises(ValueError, match="communication_backend='nccl' needs a communicator that "
+                                             "uses NCCL.*name {!r}".format(name)):
+            select_backend(c, 'nccl')
+    assert select_backend(_StandIn('custom', uses_nccl=True), 'nccl') == 'nccl'

@@ -245,6 +245,37 @@ def test_pseudo_connect_values_and_grads():
     assert isinstance(single, chainer.Variable)
 
 
+def test_pseudo_connect_unpacks_like_v7():
+    # Chainer v7 returns a one-element tuple (`loss, = pseudo_connect(d, loss)`), the reference a
+    # Variable (`loss = pseudo_connect(d, loss)`): both spellings give the same Variable.
+    d = chainer.Variable(numpy.zeros((), numpy.float32))
+    for shape in [(), (1, 3), (4,)]:
+        x = chainer.Variable(numpy.arange(1, 1 + numpy.prod(shape), dtype=numpy.float64).reshape(shape))
+        y = mnf.pseudo_connect(d, x * 2)
+        assert isinstance(y, chainer.Variable) and y.shape == shape
+        unpacked, = y
+        assert unpacked is y
+        assert list(y) == [y]
+        F.sum(y * 3).backward()
+        numpy.testing.assert_array_equal(x.grad, numpy.full(shape, 6.0))
+        assert d.grad == 0
+        d.cleargrad()
+
+
+def test_pseudo_connect_with_no_delegate_like_v7():
+    # A link whose rank_out is None gives a delegate of None; v7 connects to nothing then.
+    x = chainer.Variable(numpy.array([1.0, -2.0]))
+    loss, = mnf.pseudo_connect(None, F.sum(x * x))
+    assert float(loss.array) == 5.0
+    loss.backward()
+    numpy.testing.assert_array_equal(x.grad, [2.0, -4.0])
+    a, b = mnf.pseudo_connect(None, x, numpy.ones(3, numpy.float32))
+    numpy.testing.assert_array_equal(a.array, x.array)
+    numpy.testing.assert_array_equal(b.array, numpy.ones(3, numpy.float32))
+    with pytest.raises(TypeError, match='needs a delegate variable .* or actual variables; got None'):
+        mnf.pseudo_connect(None)
+
+
 @needs2
 def test_recv_of_wrong_kind_raises_communication_error():
     if RANK == 0:

@@ -168,3 +168,80 @@ def test_no_ranks_is_the_plain_link():
     numpy.testing.assert_array_equal(hy.array, want_hy.array)
     c = copy.deepcopy(rnn)
     assert c.communicator is comm and c.actual_rnn is not rnn.actual_rnn
+
+
+# -- Chainer v7's own usage: EmbedID, the multi-node RNN, two Linears; `err, = pseudo_connect(...)` --
+V7_STACKS = {
+    # (make the RNN of rank r, hidden units of the Linear after it on rank r)
+    'lstm': (lambda r: L.NStepLSTM(1, 5, 5, 0.0), lambda r: 2),
+    'gru': (lambda r: L.NStepGRU(1, 5, 5, 0.0), lambda r: 2),
+    'rnn_tanh': (lambda r: L.NStepRNNTanh(1, 5, 5, 0.0), lambda r: 2),
+    # heterogeneous: a different model on each rank (v7's test varies the Linear; here the RNN too)
+    'hetero_lstm': (lambda r: L.NStepLSTM(1, 5, 5, 0.0), lambda r: (r + 1) * 10),
+    'hetero_mixed': (lambda r: [L.NStepGRU(1, 5, 5, 0.0), L.NStepRNNTanh(1, 5, 5, 0.0),
+                                L.NStepRNNReLU(1, 5, 5, 0.0)][r], lambda r: (r + 1) * 10),
+}
+
+
+class V7Parts(chainer.Chain):
+    """One rank's model of v7's test; ``rnn`` is the plain link here (the reference runs every rank's)."""
+
+    def __init__(self, kind, r):
+        super().__init__()
+        make_rnn, n_hid = V7_STACKS[kind]
+        numpy.random.seed(300 + r)
+        with chainer.using_config('dtype', DT), self.init_scope():
+            self.l1 = L.EmbedID(8, 5, ignore_label=-1)
+            self.rnn = make_rnn(r)
+            self.l2 = L.Linear(5, n_hid(r))
+            self.l3 = L.Linear(n_hid(r), 1)
+
+    def loss(self, ys, t):
+        h = self.l3(self.l2(F.concat(ys, axis=0)))
+        return F.mean_squared_error(F.sum(h, axis=0), t)
+
+
+def v7_batch(r, it):
+    rng = numpy.random.RandomState(7000 + 100 * it + r)
+    xs = [rng.randint(0, 8, size=n).astype(numpy.int32) for n in (5, 3)]
+    return xs, rng.uniform(0, 2, (1,)).astype(DT)
+
+
+@pytest.mark.parametrize('kind', sorted(V7_STACKS))
+def test_v7_usage_matches_one_process(kind):
+    ref = [V7Parts(kind, r) for r in range(SIZE)]
+    mine = copy.deepcopy(ref[RANK])
+    rnn = create_multi_node_n_step_rnn(mine.rnn, comm, RANK - 1 if RANK > 0 else None,
+                                       RANK + 1 if RANK < SIZE - 1 else None)
+    for it in range(2):
+        for p in ref:
+            p.cleargrads()
+        mine.cleargrads()
+        # Reference: every rank's model in one process, states passed from layer to layer.
+        states, total, losses = (None,) * ref[0].rnn.n_cells, 0, []
+        for r, part in enumerate(ref):
+            xs, t = v7_batch(r, it)
+            outputs = part.rnn(*(states + ([part.l1(x) for x in xs],)))
+            states = tuple(outputs[:-1])
+            losses.append(part.loss(outputs[-1], t))
+            total = total + losses[-1]
+        total.backward()
+        # This rank's part, written the way v7's test writes it.
+        xs, t = v7_batch(RANK, it)
+        h1 = [mine.l1(x) for x in xs]
+        if mine.rnn.n_cells == 2:
+            hy, cy, ys, delegate = rnn(h1)
+            assert cy.shape == hy.shape == (1, 2, 5)
+        else:
+            hy, ys, delegate = rnn(h1)
+            assert hy.shape == (1, 2, 5)
+        err, = mnf.pseudo_connect(delegate, mine.loss(ys, t))
+        err.backward()
+        numpy.testing.assert_allclose(err.array, losses[RANK].array, rtol=1e-12)
+        want = dict(ref[RANK].namedparams())
+        got = dict(mine.namedparams())
+        assert sorted(got) == sorted(want)
+        for name, p in want.items():
+            assert numpy.abs(p.grad).sum() > 0, name
+            numpy.testing.assert_allclose(got[name].grad, p.grad, rtol=1e-10, atol=1e-12,
+                                          err_msg='rank {} {} param {}'.format(RANK, kind, name))

@@ -28,14 +28,15 @@ def _uses_nccl(comm):
 def select_backend(comm, communication_backend):
     """Resolve 'auto'|'mpi'|'nccl' for ``comm``; raise ValueError for 'nccl' on a non-NCCL communicator."""
     if communication_backend not in _BACKENDS:
-        raise ValueError("communication_backend must be one of {}; got {!r}".format(
+        raise ValueError("MultiNodeBatchNormalization: communication_backend must be one of {}; got {!r}".format(
             ', '.join(repr(b) for b in _BACKENDS), communication_backend))
     nccl = _uses_nccl(comm)
     if communication_backend == 'auto':
         return 'nccl' if nccl else 'mpi'
     if communication_backend == 'nccl' and not nccl:
         raise ValueError(
-            "communication_backend='nccl' needs a communicator that uses NCCL ({}); got {} "
+            "MultiNodeBatchNormalization: communication_backend='nccl' needs a communicator that uses "
+            "NCCL ({}); got {} "
             "(name {!r}). Use communication_backend='mpi' or 'auto', or create a GPU communicator, "
             "e.g. create_communicator('pure_nccl').".format(
                 ', '.join(sorted(NCCL_COMMUNICATOR_NAMES)), type(comm).__name__, getattr(comm, 'name', None)))
@@ -136,7 +137,8 @@ class MultiNodeBatchNormalization(chainer.Link):
         decay (float): decay rate of the running averages.
         eps (float): epsilon added to the variance.
         dtype: dtype of the parameters and running statistics; ``None`` (the default) takes
-            ``chainer.get_dtype()``, i.e. ``chainer.config.dtype`` (float16 for ``mixed16``).
+            ``chainer.config.dtype``, except that ``mixed16`` gives float32 (the input and
+            output are then float16), as in :class:`chainer.links.BatchNormalization`.
         use_gamma (bool): learn a scale; otherwise scale by one.
         use_beta (bool): learn a shift; otherwise shift by zero.
         initial_gamma, initial_beta: initializers (default 1 and 0).
@@ -150,7 +152,9 @@ class MultiNodeBatchNormalization(chainer.Link):
         if isinstance(size, (int, numpy.integer)):
             size = (int(size),)
         size = tuple(int(s) for s in size)
-        dtype = numpy.dtype(chainer.get_dtype(dtype))
+        # Under mixed16 the parameters and running statistics stay float32 (as in Chainer's own
+        # BatchNormalization and v7's link); the input and output stay float16.
+        dtype = numpy.dtype(chainer.get_dtype(dtype, map_mixed16=numpy.float32))
         self.comm = comm
         self.decay = decay
         self.eps = eps
