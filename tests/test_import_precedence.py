@@ -103,16 +103,32 @@ def wheels(tmp_path_factory):
     return found
 
 
+# NumPy 1.26 has wheels up to Python 3.12 only: newer Pythons get today's stack (the newest NumPy 2
+# and setuptools; Chainer built under a setuptools<81 build constraint), never NumPy from source.
+OLD_STACK = sys.version_info < (3, 13)
+
+
 def _new_venv(path):
     _run([sys.executable, '-m', 'venv', path])
     python = os.path.join(str(path), 'bin', 'python')
     pip = [python, '-m', 'pip', 'install', '-q', '--disable-pip-version-check']
-    _run(pip + ['setuptools<74', 'numpy>=1.26,<2', 'wheel'])
+    if OLD_STACK:
+        _run(pip + ['setuptools<74', 'numpy>=1.26,<2', 'wheel'])
+    else:
+        _run(pip + ['--upgrade', 'pip'])  # --build-constraint needs pip 25.3
+        _run(pip + ['--only-binary', 'numpy', 'numpy>=2,<3', 'setuptools', 'wheel'])
     return python, pip
 
 
 def _install_chainer(pip):
-    _run(pip + ['--no-build-isolation', 'chainer==7.8.1'])
+    if OLD_STACK:
+        _run(pip + ['--no-build-isolation', 'chainer==7.8.1'])
+        return
+    venv = os.path.dirname(os.path.dirname(pip[0]))
+    constraint = os.path.join(venv, 'build-constraint.txt')
+    with open(constraint, 'w') as f:
+        f.write('setuptools<81\n')
+    _run(pip + ['--build-constraint', constraint, 'chainer==7.8.1'])
 
 
 def _check_fresh(python, cwd):
