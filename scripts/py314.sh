@@ -77,9 +77,18 @@ build() {
     m=$(mirror)
     echo "py314.sh: building the Debian $suite chroot in $chroot_dir from $m (once)"
     [ -e /usr/share/debootstrap/scripts/$suite ] || ln -s sid /usr/share/debootstrap/scripts/$suite
-    rm -rf "$chroot_dir"
-    mkdir -p "$chroot_dir"
-    debootstrap --variant=minbase "$suite" "$chroot_dir" "$m"
+    if [ ! -f "$chroot_dir/.chainermn-debootstrap-done" ]; then
+        rm -rf "$chroot_dir"
+        mkdir -p "$chroot_dir"
+        debootstrap --variant=minbase "$suite" "$chroot_dir" "$m"
+        touch "$chroot_dir/.chainermn-debootstrap-done"
+    fi
+    # A mirror may serve a frozen snapshot whose Release file has expired; keep the host's proxy.
+    {
+        echo 'Acquire::Check-Valid-Until "false";'
+        echo 'Acquire::Check-Date "false";'
+        apt-config dump 2>/dev/null | grep -iE '^Acquire::(http|https|ftp)::Proxy ' || true
+    } > "$chroot_dir/etc/apt/apt.conf.d/99chainermn-py314"
     # Start no daemon from a package's postinst: the tests start their own.
     printf '#!/bin/sh\nexit 101\n' > "$chroot_dir/usr/sbin/policy-rc.d"
     chmod +x "$chroot_dir/usr/sbin/policy-rc.d"
@@ -103,13 +112,14 @@ cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf" 2>/dev/null || true
 pipenv=()
 while IFS= read -r line; do pipenv+=("$line"); done < <(env | grep '^PIP_' || true)
 local_dirs=()
+paths_in() { grep -oE '(file://)?/[^ ]+' | sed 's#^file://##' || true; }   # absolute paths in stdin
 for conf in /etc/pip.conf /etc/xdg/pip/pip.conf "$HOME/.config/pip/pip.conf" "$HOME/.pip/pip.conf"; do
     [ -f "$conf" ] || continue
     install -D -m 644 "$conf" "$chroot_dir/${conf/#$HOME//root}"
-    local_dirs+=($(grep -oE '(file://)?/[^ ]+' "$conf" | sed 's#^file://##'))
+    local_dirs+=($(paths_in < "$conf"))
 done
 for v in "${pipenv[@]}"; do
-    local_dirs+=($(echo "${v#*=}" | grep -oE '(file://)?/[^ ]+' | sed 's#^file://##'))
+    local_dirs+=($(echo "${v#*=}" | paths_in))
 done
 
 bind_system
