@@ -63,6 +63,10 @@ bind() {    # bind SRC [ro]: bind SRC at the same path inside the chroot
     if [ "${2:-}" = ro ]; then mount -o remount,bind,ro "$dst"; fi
 }
 bind_system() {
+    # The chroot's / must be a mount point: `unshare --mount` (the namespace cluster) changes its
+    # propagation, which fails with EINVAL on a plain directory.
+    mount --bind "$chroot_dir" "$chroot_dir"
+    mounted+=("$chroot_dir")
     bind /proc; bind /sys; bind /dev; bind /dev/shm
     [ -d /dev/pts ] && bind /dev/pts
 }
@@ -109,6 +113,8 @@ fi
 # directories they name (file:// indexes, find-links), bound read-only.
 install -D -m 644 /etc/ssl/certs/ca-certificates.crt "$chroot_dir/etc/ssl/certs/ca-certificates.crt"
 cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf" 2>/dev/null || true
+# The host's name must resolve inside too (MPICH's Hydra proxies connect back to it by name).
+cp /etc/hosts "$chroot_dir/etc/hosts" 2>/dev/null || true
 pipenv=()
 while IFS= read -r line; do pipenv+=("$line"); done < <(env | grep '^PIP_' || true)
 local_dirs=()
