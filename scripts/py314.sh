@@ -139,6 +139,8 @@ for d in "${local_dirs[@]}"; do
 done
 
 status=0
-in_chroot "${pipenv[@]}" PYTHON=python3.14 bash -c 'cd "$1" && shift && bash scripts/test.sh --py314 "$@"' \
+# The venv's bin comes first on PATH, as in an activated venv: commands the tests hand to mpiexec
+# (`python ...` on namespace nodes) are the venv's; the chroot has no `python` of its own.
+in_chroot "${pipenv[@]}" PYTHON=python3.14 PATH="$root/.venv-py314/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" bash -c 'cd "$1" && shift && bash scripts/test.sh --py314 "$@"' \
     _ "$root" "$@" || status=$?
 exit $status
