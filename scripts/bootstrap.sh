@@ -3,6 +3,9 @@
 # Usage: bash scripts/bootstrap.sh            .venv: the README set-up (NumPy 1.26, setuptools<74)
 #        bash scripts/bootstrap.sh --numpy2   .venv-np2: today's stack (newest NumPy 2 and newest
 #                                             setuptools, which has no pkg_resources)
+#        bash scripts/bootstrap.sh --py314    .venv-py314: today's stack on Python 3.14 (what
+#                                             scripts/py314.sh runs in its chroot)
+# PYTHON=... picks the interpreter that creates the venv (default python3.11; python3.14 for --py314).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -10,12 +13,22 @@ flavour=np1
 case "${1:-}" in
   '') ;;
   --numpy2) flavour=np2 ;;
-  *) echo "bootstrap.sh: unknown option '$1' (only --numpy2)" >&2; exit 2 ;;
+  --py314) flavour=py314 ;;
+  *) echo "bootstrap.sh: unknown option '$1' (only --numpy2 or --py314)" >&2; exit 2 ;;
 esac
-PY="${PYTHON:-python3.11}"
-command -v "$PY" >/dev/null 2>&1 || PY=python3
 venv="$root/.venv"
-[ "$flavour" = np2 ] && venv="$root/.venv-np2"
+PY="${PYTHON:-python3.11}"
+case "$flavour" in
+  np2) venv="$root/.venv-np2" ;;
+  py314) venv="$root/.venv-py314"; PY="${PYTHON:-python3.14}" ;;
+esac
+if ! command -v "$PY" >/dev/null 2>&1; then
+  if [ "$flavour" = py314 ]; then
+    echo "bootstrap.sh: --py314 needs $PY (scripts/py314.sh runs it in a Debian testing chroot)" >&2
+    exit 1
+  fi
+  PY=python3
+fi
 stamp="$venv/.chainermn-bootstrap"
 want="$( (echo "$flavour"; cat scripts/bootstrap.sh scripts/requirements-dev.txt packages/*/pyproject.toml packages/chainermn/*.pth 2>/dev/null || true) | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
@@ -30,7 +43,7 @@ if [ "$flavour" = np1 ]; then
   "${pip[@]}" "setuptools<74" "numpy>=1.26,<2" wheel
   "${pip[@]}" --no-build-isolation "chainer==7.8.1"
 else
-  # Today's stack: the newest NumPy 2 and setuptools the index serves.  Chainer then imports only
+  # Today's stack (np2, py314): the newest NumPy 2 and setuptools the index serves.  Chainer then imports only
   # through chainermn's compat hook (packages/chainermn/src/_chainermn_compat.py).
   echo 'setuptools<81' > "$venv/build-constraint.txt"
   "${pip[@]}" --upgrade "numpy>=2,<3" setuptools wheel

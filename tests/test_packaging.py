@@ -66,7 +66,7 @@ def _requirements(project):
 
 
 def test_metadata_states_the_supported_stack():
-    """One version line for all six, after the original 1.3.1; NumPy 1.26 to 2.x; Python 3.9+."""
+    """One version line for all six, after the original 1.3.1; NumPy 1.26 to 2.x; Python 3.9 to 3.14."""
     from packaging.version import Version
     versions = {p: _project(p)['version'] for p in PACKAGES}
     assert len(set(versions.values())) == 1, versions
@@ -74,7 +74,10 @@ def test_metadata_states_the_supported_stack():
     assert version > Version('1.3.1') and version.major == 2, version
     for package in PACKAGES:
         project = _project(package)
-        assert project['requires-python'] == '>=3.9', package
+        assert project['requires-python'] == '>=3.9,<3.15', package
+        # The classifiers name the Pythons CI proves (.ci/run: 3.11 and 3.14).
+        for minor in ('3', '3.11', '3.14'):
+            assert 'Programming Language :: Python :: ' + minor in project['classifiers'], package
         for req in _requirements(project):
             if isinstance(req, tuple):
                 req = req[1]

@@ -20,7 +20,7 @@ case "$host" in
 {cases}
   *) echo "chainermn cluster {prefix}: no node named '$host' (nodes: {names})" >&2; exit 255 ;;
 esac
-exec nsenter --target "$pid" --mount --uts --ipc --net --pid -- /bin/sh -c "exec $*"
+exec nsenter --target "$pid" --mount --uts --ipc --net --pid --root -- /bin/sh -c "exec $*"
 '''
 
 

@@ -91,7 +91,8 @@ def _child_of(ppid):
 
 def enter_command(holder_pid, argv, cwd=None):
     """Return the argv that runs ``argv`` inside the node whose holder is ``holder_pid``."""
-    cmd = ['nsenter', '--target', str(holder_pid), '--mount', '--uts', '--ipc', '--net', '--pid']
+    # --root: the holder's root directory, not the mount namespace's (they differ in a chroot).
+    cmd = ['nsenter', '--target', str(holder_pid), '--mount', '--uts', '--ipc', '--net', '--pid', '--root']
     if cwd is not None:
         cmd.append('--wd={}'.format(cwd))
     return cmd + ['--'] + [str(a) for a in argv]

@@ -89,7 +89,7 @@ class Namespaces:
 
     def command(self, name, argv, cwd=None):
         """Return the argv that runs ``argv`` inside namespace ``name`` with working directory ``cwd``."""
-        return ['nsenter', '-t', str(self.init_pid[name]), '-a', '--wd=' + (cwd or os.getcwd())] + list(argv)
+        return ['nsenter', '-t', str(self.init_pid[name]), '-a', '--root', '--wd=' + (cwd or os.getcwd())] + list(argv)
 
     def run(self, name, argv, env=None, cwd=None, timeout=120, **kw):
         """Run ``argv`` inside ``name`` (extra ``env`` on top of ours); return CompletedProcess."""
