@@ -104,5 +104,5 @@ def test_demo_block_trains_to_90_percent():
         res.returncode, res.seconds, ' (TIMED OUT)' if res.timed_out else '', res.stdout[-6000:],
         res.stderr[-6000:])
     assert not res.timed_out and res.returncode == 0, report
-    found = re.findall(r'^FINAL validation/main/accuracy=([0-9.]+) .* ranks=2 ', res.stdout, re.M)
+    found = re.findall(r'^(?:\x1b\[\d*[AJ])*FINAL validation/main/accuracy=([0-9.]+) .* ranks=2 ', res.stdout, re.M)
     assert len(found) == 1 and float(found[0]) > 0.9, report
