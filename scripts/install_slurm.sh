@@ -4,7 +4,7 @@
 # Idempotent: does nothing when slurmctld, slurmd, srun and munged are already installed.
 # Needs root (or passwordless sudo) and apt (Debian/Ubuntu; Debian 12 ships Slurm 22.05).
 # Starts no daemon: the Slurm tests and `chainermn.slurm` start their own, with their own
-# configuration, inside namespaces (see the README section "Slurm").
+# configuration, inside namespaces (see docs/cluster.md, section "Slurm").
 set -euo pipefail
 
 need=()

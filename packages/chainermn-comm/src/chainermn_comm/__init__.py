@@ -14,6 +14,6 @@ __all__ = ['create_communicator', 'CommunicatorBase', 'MpiCommunicatorBase', 'Na
            'CPUModeWarning', 'COMMUNICATOR_NAMES', 'global_except_hook', '__version__']
 
 # No import above initialises MPI (mpi4py.MPI is imported lazily), so this still runs before
-# MPI_Init: under srun --mpi=pmi2 with the mpich wheel it selects the OFI netmod (README "Slurm").
+# MPI_Init: under srun --mpi=pmi2 with the mpich wheel it selects the OFI netmod (docs/cluster.md, "Slurm").
 _slurm_pmi.apply()
 global_except_hook._add_hook_if_enabled()

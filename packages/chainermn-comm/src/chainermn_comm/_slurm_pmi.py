@@ -9,7 +9,7 @@ bytes.  When MPI_Init runs late in a process whose heap is already dirty (after 
 chainer``: the padding holds stale pointers instead of zeros), segments stop compressing, a
 line passes 1024 bytes, slurmstepd logs ``mpi/pmi2: value not properly terminated in client
 request`` and the rank waits forever for the reply.  The OFI netmod's card is a few dozen
-bytes.  See the README section "Slurm".
+bytes.  See docs/cluster.md, section "Slurm".
 """
 
 import os

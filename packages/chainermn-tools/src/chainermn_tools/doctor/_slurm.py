@@ -7,7 +7,7 @@ __all__ = ['slurm_rows', 'PMI2_UCX_FIX']
 
 PMI2_UCX_FIX = (
     'export MPIR_CVAR_CH4_NETMOD=ofi before the job starts (chainermn sets it itself when it is '
-    'imported before mpi4py.MPI with the mpich wheel; see the README section "Slurm"), or launch '
+    'imported before mpi4py.MPI with the mpich wheel; see docs/cluster.md, section "Slurm"), or launch '
     'with `srun --mpi=pmix` if your MPICH was built with PMIx, or with the MPI\'s own mpiexec '
     'inside the allocation')
 
