@@ -225,18 +225,9 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
         is taken as the tag.
         """
         from mpi4py import MPI
-        if isinstance(status, (int, numpy.integer)) and not isinstance(status, bool):
-            if tag is not None:
-                raise TypeError('rank {}: recv_obj got the tag twice ({!r} in the place of status, '
-                                'and tag={!r}); pass status=mpi4py.MPI.Status() or leave it out'.format(
-                                    self._rank, status, tag))
-            status, tag = None, status
-        if status is not None and not isinstance(status, MPI.Status):
-            raise TypeError('rank {}: recv_obj status must be None or an mpi4py.MPI.Status; got {}'.format(
-                self._rank, type(status).__name__))
+        status, tag = _wire.recv_obj_status_and_tag(self._rank, status, tag)
         source = self._check_rank(source, 'source')
-        any_tag = tag is None or (not isinstance(tag, bool) and tag == MPI.ANY_TAG)
-        tag = MPI.ANY_TAG if any_tag else self._check_tag(tag)
+        tag = MPI.ANY_TAG if tag is None else self._check_tag(tag)
         # With any tag, the bytes that follow an array header carry the header's own tag: read
         # it from a status even when the caller passed none.
         st = status if status is not None else MPI.Status()

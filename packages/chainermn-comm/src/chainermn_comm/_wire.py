@@ -5,6 +5,7 @@ import operator
 import numpy
 
 __all__ = ['MAX_PIECE', 'OBJ_OPS', 'FUSED_KINDS', 'ArrayMessage', 'Fail', 'spec', 'as_bytes', 'empty',
+           'recv_obj_status_and_tag',
            'raise_if_failed', 'reduce_rows', 'op_name', 'split_into']
 
 #: Largest piece of a point-to-point or broadcast message (portable to MPI-3 libraries).
@@ -96,3 +97,23 @@ def split_into(recv, counts, outs):
         as_bytes(out)[...] = recv[offset:offset + n]
         offset += n
     return outs
+
+
+def recv_obj_status_and_tag(rank, status, tag):
+    """Return ``(status, tag)`` of a ``recv_obj`` call: v7's ``(source, status, tag)`` or ``(source, tag)``.
+
+    An int in the place of ``status`` is the tag; the tag comes back None for any tag.
+    """
+    from mpi4py import MPI
+    if isinstance(status, (int, numpy.integer)) and not isinstance(status, bool):
+        if tag is not None:
+            raise TypeError('rank {}: recv_obj got the tag twice ({!r} in the place of status, '
+                            'and tag={!r}); pass status=mpi4py.MPI.Status() or leave it out'.format(
+                                rank, status, tag))
+        status, tag = None, status
+    if status is not None and not isinstance(status, MPI.Status):
+        raise TypeError('rank {}: recv_obj status must be None or an mpi4py.MPI.Status; got {}'.format(
+            rank, type(status).__name__))
+    if tag is None or (not isinstance(tag, bool) and tag == MPI.ANY_TAG):
+        tag = None
+    return status, tag

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from chainermn_comm.protocol import TIMEOUT_ENV
+
 __all__ = ['MpiResult', 'find_mpiexec', 'run_mpi']
 
 MpiResult = collections.namedtuple('MpiResult', ['returncode', 'stdout', 'stderr', 'seconds', 'timed_out'])
@@ -44,7 +46,7 @@ def run_mpi(args, n, timeout=120, env=None, cwd=None, mpiexec_args=(), python=Tr
     full_env = dict(os.environ)
     full_env.setdefault('PYTHONUNBUFFERED', '1')
     # Why: fail fast instead of waiting for the default 30-minute watchdog.
-    full_env.setdefault('CHAINERMN_TIMEOUT', str(max(10, int(timeout) - 5)))
+    full_env.setdefault(TIMEOUT_ENV, str(max(10, int(timeout) - 5)))
     full_env.update({k: str(v) for k, v in (env or {}).items()})
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env,

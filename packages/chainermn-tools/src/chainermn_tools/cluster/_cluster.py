@@ -6,14 +6,16 @@ import signal
 import subprocess
 import sys
 
+from chainermn_comm import protocol
+
 from chainermn_tools.cluster import _hosts, _net, _node, _registry, _support, _teardown
 
 __all__ = ['Cluster', 'Node', 'NODE_LOCAL_ENV']
 
 #: Environment variable that gives a job the node-local scratch directory.
-NODE_LOCAL_ENV = 'CHAINERMN_NODE_LOCAL'
+NODE_LOCAL_ENV = protocol.NODE_LOCAL_ENV
 #: Environment variable that tags the processes of one ``Cluster.mpiexec`` job (to clean up after it).
-JOB_ENV = 'CHAINERMN_CLUSTER_JOB'
+JOB_ENV = protocol.CLUSTER_JOB_ENV
 HEAD_NAME = 'head'
 
 Node = collections.namedtuple('Node', ['index', 'hostname', 'address', 'netns', 'link', 'holder_pid',

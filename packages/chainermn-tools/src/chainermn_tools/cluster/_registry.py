@@ -12,11 +12,13 @@ import os
 import random
 import re
 
+from chainermn_comm.protocol import CLUSTER_DIR_ENV
+
 __all__ = ['cluster_dir', 'locked', 'process_start', 'alive', 'read_states', 'write_state',
            'remove_state', 'prefix_for', 'NAME_RE', 'MAX_CLUSTERS']
 
 #: Environment variable that moves the registry and the node scratch directories.
-DIR_ENV = 'CHAINERMN_CLUSTER_DIR'
+DIR_ENV = CLUSTER_DIR_ENV
 DEFAULT_DIR = '/var/tmp/chainermn-cluster'    # holds node scratch too: not a small tmpfs
 #: Every name a cluster creates (netns, interfaces, /etc/netns entries) matches this.
 NAME_RE = re.compile(r'^cmn[0-9a-f]{3}-')

@@ -24,13 +24,14 @@ import sys
 import tempfile
 import threading
 
+from chainermn_comm import protocol
 from chainermn_tools.launch import _attempt, _hosts, _slurm
 
 __all__ = ['main', 'supervise', 'job_env', 'run_on_cluster', 'add_restart_options', 'PREEMPTED_STATUS',
            'WATCHDOG_STATUS']
 
-PREEMPTED_STATUS = 75
-WATCHDOG_STATUS = 14
+PREEMPTED_STATUS = protocol.PREEMPTED_EXIT_STATUS
+WATCHDOG_STATUS = protocol.WATCHDOG_EXIT_STATUS
 _LOG = 'chainermn launch: '
 
 
@@ -138,10 +139,10 @@ class _Stop:
 def job_env(args, env=None):
     """Return the environment of an elastic job: watchdog and except hook on, restart marks."""
     env = dict(os.environ if env is None else env)
-    env.setdefault('CHAINERMN_TIMEOUT', '{:g}'.format(args.watchdog))
-    env.setdefault('CHAINERMN_RANKS_PER_NODE', str(args.ranks_per_node))
-    env.setdefault('CHAINERMN_FORCE_ABORT_ON_EXCEPTION', '1')   # one rank's exception ends the attempt
-    env['CHAINERMN_ELASTIC'] = '1'
+    env.setdefault(protocol.TIMEOUT_ENV, '{:g}'.format(args.watchdog))
+    env.setdefault(protocol.RANKS_PER_NODE_ENV, str(args.ranks_per_node))
+    env.setdefault(protocol.FORCE_ABORT_ENV, '1')   # one rank's exception ends the attempt
+    env[protocol.ELASTIC_ENV] = '1'
     return env
 
 
@@ -232,7 +233,7 @@ def _loop(args, command, base, env, read_hosts, source, after_attempt, progress)
             _log('only {} of the {} host(s) of {} answer; --min-nodes is {}: giving up'.format(
                 len(healthy), len(known), source, args.min_nodes))
             return status if previous is not None else 1
-        env['CHAINERMN_LAUNCH_RESTARTS'] = str(restarts)
+        env[protocol.LAUNCH_RESTARTS_ENV] = str(restarts)
         env[_attempt.PROGRESS_ENV] = progress
         try:
             os.remove(progress)

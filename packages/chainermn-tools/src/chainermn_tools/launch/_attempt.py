@@ -1,21 +1,17 @@
 """Run one attempt of a job under Hydra ``mpiexec``: stream its output, watch its hosts, classify its end."""
 
-import re
 import subprocess
 import sys
 import threading
 import time
 
+from chainermn_comm.protocol import LAUNCH_STATUS_ENV, read_launch_status
 from chainermn_tools.launch._hosts import kill_group, probe
 
-__all__ = ['Attempt', 'run_attempt', 'LOADED_RE', 'FIRST_ITERATION_MARK', 'PROGRESS_ENV']
+__all__ = ['Attempt', 'run_attempt', 'PROGRESS_ENV']
 
-#: What the checkpointer prints on rank 0 when it loaded a generation.
-LOADED_RE = re.compile(r'chainermn checkpoint: loaded generation (\d+)')
-#: What the checkpointer prints on rank 0 after the first iteration of a launched job.
-FIRST_ITERATION_MARK = 'chainermn checkpoint: first iteration done:'
-#: File where rank 0 writes the iteration after each one (the checkpointer, under the launcher).
-PROGRESS_ENV = 'CHAINERMN_LAUNCH_PROGRESS'
+#: The launch status file the checkpointer keeps on rank 0 (chainermn_comm.protocol).
+PROGRESS_ENV = LAUNCH_STATUS_ENV
 _TRACEBACK = 'Traceback (most recent call last):'
 
 
@@ -66,12 +62,6 @@ class _Pump(threading.Thread):
         for raw in iter(self.src.readline, b''):
             line = raw.decode(errors='replace')
             text = line.rstrip('\n')
-            m = LOADED_RE.search(text)
-            if m:
-                self.attempt.generation = int(m.group(1))
-            if FIRST_ITERATION_MARK in text and self.attempt.first_iteration_at is None:
-                self.attempt.first_iteration_at = time.monotonic()
-                self.attempt.first_iteration_wall = time.time()
             if self.block is not None:
                 if text.startswith((' ', '\t')) or not text or text.startswith('During handling') \
                         or text.startswith('The above exception') or text == _TRACEBACK:
@@ -127,11 +117,19 @@ def run_attempt(base, hosts, ranks_per_node, command, env, heartbeat, probe_time
         attempt.failed_at = time.monotonic()
     for p in pumps:
         p.join(10)
-    progress = env.get(PROGRESS_ENV)
-    if progress:
-        try:
-            with open(progress) as f:
-                attempt.last_iteration = int(f.read().strip())
-        except (OSError, ValueError):
-            pass
+    if env.get(PROGRESS_ENV):
+        _read_status(attempt, read_launch_status(env[PROGRESS_ENV]))
     return attempt
+
+
+def _read_status(attempt, status):
+    """Note what the job's launch status file says: generation loaded, first iteration, last iteration."""
+    generation, wall, iteration = (status.get(k) for k in ('generation', 'first_iteration_wall', 'iteration'))
+    if isinstance(generation, int):
+        attempt.generation = generation
+    if isinstance(iteration, int):
+        attempt.last_iteration = iteration
+    if isinstance(wall, (int, float)):
+        attempt.first_iteration_wall = float(wall)
+        # the same instant on the monotonic clock the launcher measures failures with
+        attempt.first_iteration_at = time.monotonic() - (time.time() - wall)
