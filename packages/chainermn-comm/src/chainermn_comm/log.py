@@ -90,7 +90,10 @@ def _setup():
     if _filter not in top.filters:
         top.addFilter(_filter)
     if _default not in top.handlers:
+        _default.addFilter(_filter)  # records of any child logger get rank and host too
         top.addHandler(_default)
+        if top.level == logging.NOTSET:
+            top.setLevel(logging.INFO)  # chainermn's INFO lines (loaded generation ...) are shown
     return top
 
 

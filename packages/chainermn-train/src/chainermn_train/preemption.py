@@ -17,7 +17,6 @@ Usage::
     trainer.run()            # exits with status 75 when preempted
 """
 
-import logging
 import signal
 import threading
 
@@ -25,6 +24,7 @@ import numpy
 from chainer.training import extension
 
 from chainermn_comm import protocol
+from chainermn_comm.log import get_logger
 
 __all__ = ['PREEMPTED_EXIT_STATUS', 'Preempted', 'PreemptionHandler', 'install']
 
@@ -32,7 +32,7 @@ __all__ = ['PREEMPTED_EXIT_STATUS', 'Preempted', 'PreemptionHandler', 'install']
 #: (``EX_TEMPFAIL`` from sysexits.h: "try again later" -- relaunch the job to resume).
 PREEMPTED_EXIT_STATUS = protocol.PREEMPTED_EXIT_STATUS
 
-_log = logging.getLogger('chainermn.train')
+_log = get_logger('train')
 
 
 class Preempted(SystemExit):

@@ -7,19 +7,19 @@ iterators move to the same epoch and fraction of their new shard (see ``_resize`
 """
 
 import io
-import logging
 import time
 import warnings
 
 import chainer
 import numpy
+from chainermn_comm.log import get_logger
 
 from chainermn_train.extensions import _checkpoint_policy as policy
 from chainermn_train.extensions import _generations, _resize, _safe_npz
 
 __all__ = ['load', 'read_own']
 
-_log = logging.getLogger('chainermn.train')
+_log = get_logger('train')
 
 
 def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None):

@@ -1,17 +1,17 @@
 """MultiNodeEarlyStoppingTrigger: early stopping decided on every rank from the mean over ranks."""
 
-import logging
 import operator
 import warnings
 
 import numpy
 from chainer.training import util as trigger_util
+from chainermn_comm.log import get_logger
 
 from chainermn_train.extensions._host import to_host
 
 __all__ = ['MultiNodeEarlyStoppingTrigger']
 
-_log = logging.getLogger('chainermn.train')
+_log = get_logger('train')
 
 
 class MultiNodeEarlyStoppingTrigger:
