@@ -1,6 +1,6 @@
 """``pip install chainermn`` as users will run it once the packages are published.
 
-Our five wheels are served from a PEP 503 simple index on 127.0.0.1 (``http.server`` over a
+Our six wheels are served from a PEP 503 simple index on 127.0.0.1 (``http.server`` over a
 folder), added to the real registry with ``--extra-index-url``.  The registry holds the original
 ``chainermn`` 1.3.1, so the tests also prove that plain ``pip install chainermn`` picks ours.
 Fresh venvs are made without pip (this venv's pip drives them with ``--python``: same cache,
@@ -62,7 +62,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope='module')
 def index_url(tmp_path_factory):
-    """URL of a simple index on 127.0.0.1 that serves our five wheels (for this module's tests)."""
+    """URL of a simple index on 127.0.0.1 that serves our six wheels (for this module's tests)."""
     wheels = build_wheels(str(tmp_path_factory.mktemp('wheels')))
     root = str(tmp_path_factory.mktemp('index'))
     write_simple_index(root, wheels)
@@ -148,7 +148,7 @@ def test_plain_pip_install_chainermn_installs_ours(index_url, chainer_cached, tm
     report = tmp_path / 'report.json'
     _pip_install(pip, index_url, 'chainermn', report=report)
     planned = _planned(report)
-    for name in PACKAGES:  # all five, at the repository's versions, from our index
+    for name in PACKAGES:  # all six, at the repository's versions, from our index
         version, url = planned[name]
         assert version == repo_version(name), (name, planned[name])
         assert url.startswith(index_url.replace('/simple/', '/files/')), (name, url)

@@ -47,12 +47,9 @@ def build_all_wheels(out):
     """Build one wheel per package under packages/ into ``out``; return their file names."""
     packages = sorted(p for p in glob.glob(os.path.join(ROOT, 'packages', '*'))
                       if os.path.isfile(os.path.join(p, 'pyproject.toml')))
-    # CHAINERMN_NO_LOCAL_SIBLINGS: harmless once the meta-package builds with plain poetry-core;
-    # before that it keeps file: URLs of the checkout out of the wheel's metadata.
     res = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps',
                           '--no-build-isolation', '-w', str(out)] + packages,
-                         capture_output=True, text=True, timeout=900,
-                         env=dict(os.environ, CHAINERMN_NO_LOCAL_SIBLINGS='1'))
+                         capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     wheels = sorted(os.path.basename(w) for w in glob.glob(os.path.join(str(out), '*.whl')))
     assert len(wheels) == len(packages), (wheels, packages)

@@ -2,7 +2,7 @@
 # On the GPU machine (device tool, carry .whl): GPU tests or GPU benchmarks, logs into $OUT.
 # The image has Python 3.12, NumPy 2, CuPy 14 and NCCL but no Chainer and no MPI, and cannot
 # download.  scripts/device/fetch_wheels.sh puts in .whl/ what it lacks: Chainer 7.8.1, the MPICH
-# wheel, mpi4py and our five wheels.  They are installed with --no-deps into the image's own
+# wheel, mpi4py and our six wheels.  They are installed with --no-deps into the image's own
 # Python environment (a nested venv would not see CuPy), exactly as `pip install chainermn`
 # would: the meta-package's chainermn_precedence.pth then makes `import chainer` work on that
 # stack and `import chainermn` ours.  No shim, no PYTHONPATH.

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from chainermn_comm._guard import WATCHDOG_EXIT_STATUS
+from chainermn_comm.protocol import WATCHDOG_EXIT_STATUS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULT_JOBS = os.path.join(ROOT, 'tests', 'faults', 'jobs')
