@@ -99,7 +99,8 @@ def wheels(tmp_path_factory):
                         'Requires-Dist: chainermn-data (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-links (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-tools (>=2.0,<2.1)',
-                        'Requires-Dist: chainermn-train (>=2.0,<2.1)'], requires  # any order
+                        'Requires-Dist: chainermn-train (>=2.0,<2.1)',
+                        'Requires-Dist: numpy (>=1.26,<3)'], requires  # any order
     return found
 
 

@@ -28,7 +28,7 @@ EPOCHS = 20
 PER_EPOCH = 5  # 1500 training digits over 3 ranks, batches of 100
 LAST = EPOCHS * PER_EPOCH
 FINAL = re.compile(r'^(?:\x1b\[\d*[AJ])*FINAL iteration=(\d+) validation/main/accuracy=([0-9.]+)$', re.M)
-LOADED = re.compile(r"^chainermn checkpoint: loaded generation (\d+) of 'mnist' \((.*)\)$", re.M)
+LOADED = re.compile(r"^(?:chainermn: \[rank 0 host [^\]]*\] )?chainermn checkpoint: loaded generation (\d+) of 'mnist' \((.*)\)$", re.M)
 ROW = re.compile(r'^(?:\x1b\[\d*[AJ])*(\d+)\s+[0-9.]+\s', re.M)     # a PrintReport row starts with the epoch
 BAR = re.compile(r'^\s+(\d+) iter, \d+ epoch / \d+ epochs$', re.M)  # a ProgressBar status line
 
