@@ -162,6 +162,7 @@ def analyse(trace):
                          'CHAINERMN_TRACE_EVENTS)'.format(rank, info['dropped'],
                                                            info.get('capacity') or '?'))
     median_iteration = median([v for r in ranks for v in r.per_iter['iteration']])
-    best = max(((bw, r.rank) for r in ranks for bw in r.bandwidth), default=None)
+    best = max(((bw, r.rank) for r in ranks for bw in r.bandwidth), key=lambda t: (t[0], -t[1]),
+               default=None)
     stragglers = find_stragglers(ranks, by_rank, median_iteration)
     return Report(trace, ranks, median_iteration, stragglers, best, notes)
