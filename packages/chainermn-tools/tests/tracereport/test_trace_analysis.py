@@ -10,6 +10,7 @@ import pytest
 import trace_synth
 from chainermn_tools.trace import report
 from chainermn_tools.trace._analyse import analyse, median, p95
+from chainermn_tools.trace._intervals import union
 from chainermn_tools.trace._load import TraceMissing, load
 from chainermn_tools.trace._text import render
 
@@ -30,6 +31,18 @@ def analysed(tmp_path, merged=False, **kwargs):
 
 def medians(stats):
     return {k: round(median(v), 6) for k, v in stats.per_iter.items()}
+
+
+def test_interval_sets():
+    a = union([(5, 7), (0, 2), (1, 3), (10, 10), (6, 9)])
+    assert a.pairs() == [(0, 3), (5, 9)] and a.measure() == 7
+    assert a.measure(2, 6) == 2 and a.measure(3, 5) == 0 and a.measure(-1, 100) == 7
+    assert a.measure(6, 8) == 2 and a.measure(0.5, 1.5) == 1
+    b = union([(1, 2), (4, 6), (8, 20)])
+    assert (a - b).pairs() == [(0, 1), (2, 3), (6, 8)]
+    assert (b - a).pairs() == [(4, 5), (9, 20)]
+    assert (a | b).pairs() == [(0, 3), (4, 20)]
+    assert (a - union([])).pairs() == a.pairs() and (union([]) - a).pairs() == []
 
 
 def test_balanced_run_per_category_and_nobody_named(tmp_path):
