@@ -41,6 +41,7 @@ def straggler_dir(tmp_path):
 
 
 def test_command_prints_the_table_and_the_straggler_and_draws(tmp_path):
+    pytest.importorskip('matplotlib')  # the dev set-up has it (bench/requirements.txt)
     res = run(straggler_dir(tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
@@ -95,6 +96,7 @@ def test_without_matplotlib_the_text_report_still_comes(tmp_path, monkeypatch, c
 
 
 def test_picture_of_many_ranks_and_threads(tmp_path):
+    pytest.importorskip('matplotlib')
     trace_synth.write_parts(tmp_path, trace_synth.make(ranks=12, iterations=6, buckets=2,
                                                        slow_rank=5, slow=30.0, slow_in='backward'))
     png = str(tmp_path / 'many.png')
