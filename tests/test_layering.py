@@ -4,8 +4,8 @@
   ``from chainermn_comm import _grad``, ``chainermn_comm.gpu._nccl``): siblings use comm's
   public names or its named internal API (``chainermn_comm.engine``).
 - Each package's ``[project] dependencies`` are exactly the distributions its sources import;
-  an optional GPU dependency (CuPy) may be imported only inside functions and must be declared
-  in an extra.  An import inside ``try: ... except ImportError`` is optional by construction
+  an optional dependency (CuPy, matplotlib) may be imported only inside functions and must be
+  declared in an extra.  An import inside ``try: ... except ImportError`` is optional by construction
   and need not be declared.
 """
 
@@ -36,9 +36,10 @@ THIRD_PARTY = {
     'cupy_backends': 'cupy',
     'pytest': 'pytest',
     'poetry': 'poetry-core',
+    'matplotlib': 'matplotlib',
 }
 #: Distributions that may be imported only lazily (inside a function), from an extra.
-OPTIONAL = {'cupy'}
+OPTIONAL = {'cupy', 'matplotlib'}
 
 
 def _canonical(name):

@@ -95,7 +95,8 @@ def test_meta_wheel_requires_the_libraries_and_the_tools(built):
         'chainermn-comm (>=2.0,<2.1)', 'chainermn-data (>=2.0,<2.1)', 'chainermn-links (>=2.0,<2.1)',
         'chainermn-train (>=2.0,<2.1)', 'chainermn-tools (>=2.0,<2.1)', 'numpy (>=1.26,<3)',
         'chainermn-comm[gpu] (>=2.0,<2.1) ; extra == "gpu"',
-        'chainermn-comm[gpu-cuda13] (>=2.0,<2.1) ; extra == "gpu-cuda13"']), requires
+        'chainermn-comm[gpu-cuda13] (>=2.0,<2.1) ; extra == "gpu-cuda13"',
+        'chainermn-tools[plot] (>=2.0,<2.1) ; extra == "plot"']), requires
     with zipfile.ZipFile(meta) as zf:
         names = set(zf.namelist())
     # The import-precedence hook sits at the wheel root, so pip puts it into site-packages.

@@ -6,6 +6,8 @@ hard timeout; ``CHAINERMN_RANKS_PER_NODE`` is never set: nodes come from real ho
 
 import json
 import os
+import re
+
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -127,8 +129,10 @@ def test_training_equals_single_process(cluster2, per_node):
 
 # -- 6. doctor across 2 nodes ------------------------------------------------------------------------
 def test_doctor_lists_both_hosts(cluster2):
+    before = cluster2.counters(0)
     res = cluster2.mpiexec(['-m', 'chainermn', 'doctor', '--no-cuda-aware-check'], ranks_per_node=2,
                            timeout=300)
+    after = cluster2.counters(0)
     assert res.returncode == 0 and not res.timed_out, report(res)
     flat = ' '.join(res.stdout.split())
     assert res.stdout.count('CHECK ') == 1, report(res)
@@ -137,3 +141,15 @@ def test_doctor_lists_both_hosts(cluster2):
         in flat, report(res)
     assert 'COMM_WORLD size 4 matches the launch' in flat, report(res)
     assert 'across 4 rank(s) gave the expected values' in flat, report(res)
+    # The links: within each node (its 2 ranks), then between the nodes (ranks 0 and 2).
+    within = re.search(r'link within a node INFO node[01] \(ranks [02]-[13]\): latency ([0-9.]+) us, '
+                       r'bandwidth ([0-9.]+) GB/s; node[01] \(ranks [02]-[13]\): latency ([0-9.]+) us, '
+                       r'bandwidth ([0-9.]+) GB/s \(MPI_Allreduce', flat)
+    between = re.search(r'link between nodes INFO 2 nodes, one rank each \(ranks 0,2\): latency '
+                        r'([0-9.]+) us, bandwidth ([0-9.]+) GB/s', flat)
+    assert within and between, report(res)
+    assert all(float(v) > 0 for v in within.groups() + between.groups()), report(res)
+    # The 64 MiB all-reduces between the nodes (a warm-up and 3 timed) crossed node0's link: each
+    # sends at least the buffer's size, so node0 sent >= 4 x 64 MiB.
+    sent = after['tx_bytes'] - before['tx_bytes']
+    assert sent >= 4 * 64 * 2 ** 20, (sent, report(res))

@@ -1,6 +1,8 @@
 """``python -m chainermn doctor``: healthy runs at 1 and 2 ranks, and the rank-0-everywhere mismatch."""
 
 import os
+import re
+import socket
 import subprocess
 import sys
 
@@ -10,7 +12,7 @@ from chainermn_comm.testing import run_mpi
 
 BIN = os.path.dirname(sys.executable)
 ROWS = ['mpi4py / MPI library', 'mpiexec', 'launch', 'ranks / hosts', 'intra / inter layout',
-        'collective round trip', 'packages', 'import chainermn', 'cupy', 'nccl', 'gpus',
+        'collective round trip', 'link within a node', 'link between nodes', 'packages', 'import chainermn', 'cupy', 'nccl', 'gpus',
         'cuda-aware MPI', 'MV2_USE_CUDA', 'MV2_SMP_USE_CMA', 'LD_LIBRARY_PATH']
 
 
@@ -33,6 +35,15 @@ def _flat(out):
     return ' '.join(out.replace('\n' + ' ' * 33, ' ').split())
 
 
+LINK = re.compile(r'latency ([0-9.]+) us, bandwidth ([0-9.]+) GB/s')
+
+
+def _links(flat, name):
+    """Return [(latency_us, GB/s)] measured in row ``name`` of the flattened report."""
+    row = flat.split(name, 1)[1].split('(MPI_Allreduce', 1)[0]
+    return [(float(a), float(b)) for a, b in LINK.findall(row)]
+
+
 def _assert_table(out):
     assert out.count('CHECK ') == 1, out  # printed once (rank 0 only)
     for name in ROWS:
@@ -50,21 +61,72 @@ def test_healthy_single_process():
     assert 'OK' in _row(res.stdout, 'mpiexec') and 'matches MPICH' in flat
     assert '1 rank(s) on 1 host(s)' in flat
     assert 'OK' in _row(res.stdout, 'collective round trip')
+    for name in ('link within a node', 'link between nodes'):
+        assert 'SKIP' in _row(res.stdout, name), res.stdout
+    assert flat.count('one rank: run under `mpiexec -n 2` (or more) to measure') == 2, flat
     assert 'failed' in res.stdout and '-> OK' in res.stdout.splitlines()[-1]
 
 
-def test_healthy_two_ranks_on_two_simulated_nodes():
-    res = run_mpi(['-m', 'chainermn_tools', 'doctor'], 2, timeout=300,
+@pytest.mark.parametrize('n', [2, 3])
+def test_healthy_ranks_on_one_host_measure_the_link_within_it(n):
+    # CHAINERMN_RANKS_PER_NODE splits the ranks into simulated nodes for the communicator; the
+    # links are measured by host name, so all ranks still share one host.
+    res = run_mpi(['-m', 'chainermn_tools', 'doctor', '--no-cuda-aware-check'], n, timeout=300,
                   env=_env(CHAINERMN_RANKS_PER_NODE='1'))
     assert not res.timed_out and res.returncode == 0, res.stdout + res.stderr
     _assert_table(res.stdout)
     flat = _flat(res.stdout)
-    assert 'COMM_WORLD size 2 matches the launch (PMI_SIZE=2)' in flat
-    assert '2 rank(s) on 1 host(s)' in flat
+    host = socket.gethostname()
+    assert 'COMM_WORLD size {0} matches the launch (PMI_SIZE={0})'.format(n) in flat
+    assert '{} rank(s) on 1 host(s)'.format(n) in flat
     layout = _row(res.stdout, 'intra / inter layout')
-    assert ' OK ' in layout and 'inter_size=2' in layout, res.stdout
-    assert 'across 2 rank(s) gave the expected values' in flat
+    assert ' OK ' in layout and 'inter_size={}'.format(n) in layout, res.stdout
+    assert 'across {} rank(s) gave the expected values'.format(n) in flat
     assert 'CHAINERMN_RANKS_PER_NODE=1' in _row(res.stdout, 'CHAINERMN_* env')
+    within = _row(res.stdout, 'link within a node')
+    assert ' INFO ' in within and '{} (ranks 0-{})'.format(host, n - 1) in flat, res.stdout
+    ((latency, gbps),) = _links(flat, 'link within a node')
+    assert 0 < latency < 1e5 and 0.01 < gbps < 1e4, (latency, gbps)
+    assert 'SKIP' in _row(res.stdout, 'link between nodes')
+    assert 'not measurable: all {} ranks run on one host ({})'.format(n, host) in flat, flat
+
+
+def test_no_links_skips_the_measurement():
+    res = run_mpi(['-m', 'chainermn_tools', 'doctor', '--no-cuda-aware-check', '--no-links'], 2,
+                  timeout=300, env=_env())
+    assert not res.timed_out and res.returncode == 0, res.stdout + res.stderr
+    for name in ('link within a node', 'link between nodes'):
+        assert 'SKIP' in _row(res.stdout, name) and 'skipped (--no-links)' in _row(res.stdout, name)
+
+
+def test_link_rows_units():
+    from chainermn_tools.doctor import _links
+    from chainermn_tools.doctor._report import FAIL, INFO, SKIP
+
+    def result(us, gbps, ok=True):
+        return {'ranks': 2, 'latency_us': us, 'gbps': gbps, 'ok': ok}
+
+    hosts = {'a': [0, 1], 'b': [2, 3]}
+    found = {'hosts': hosts, 'within': {'a': result(3.0, 9.5), 'b': result(4.0, 8.25)},
+             'between': result(50.0, 1.125)}
+    within, between = _links.rows_for(found, 4)
+    assert within.status == INFO and between.status == INFO
+    assert within.detail.startswith('b (ranks 2-3): latency 4.0 us, bandwidth 8.25 GB/s; '
+                                    'a (ranks 0-1): latency 3.0 us, bandwidth 9.50 GB/s'), within
+    assert between.detail.startswith('2 nodes, one rank each (ranks 0,2): latency 50.0 us, '
+                                     'bandwidth 1.12 GB/s'), between
+    many = {'hosts': {h: [2 * i, 2 * i + 1] for i, h in enumerate('abcde')},
+            'within': {h: result(1.0, float(i + 1)) for i, h in enumerate('abcde')}, 'between': None}
+    within, between = _links.rows_for(many, 10)
+    assert within.detail.startswith('slowest and fastest of 5 nodes: a (ranks 0-1)'), within
+    assert 'e (ranks 8-9)' in within.detail and 'c (ranks' not in within.detail, within
+    one = {'hosts': {'a': [0, 1, 2]}, 'within': {'a': result(2.0, 3.0)}, 'between': None}
+    between = _links.rows_for(one, 3)[1]
+    assert between.status == SKIP and 'all 3 ranks run on one host (a)' in between.detail
+    lonely = {'hosts': {'a': [0], 'b': [1]}, 'within': {}, 'between': result(9.0, 2.0, ok=False)}
+    within, between = _links.rows_for(lonely, 2)
+    assert within.status == SKIP and 'every host runs one rank (a, b)' in within.detail
+    assert between.status == FAIL and 'wrong values' in between.fix
 
 
 @pytest.mark.parametrize('size_var,rank_var,launcher', [

@@ -53,7 +53,7 @@ def test_unknown_tool_submodule_is_not_found():
         import chainermn.cluster._no_such_module  # noqa: F401
 
 
-@pytest.mark.parametrize('command', ['doctor', 'cluster', 'launch'])
+@pytest.mark.parametrize('command', ['doctor', 'cluster', 'launch', 'trace'])
 def test_python_m_chainermn_dispatches(command):
     """``python -m chainermn COMMAND --help`` reaches the tool's own argument parser."""
     res = subprocess.run([sys.executable, '-m', 'chainermn', command, '--help'], capture_output=True,
@@ -65,7 +65,7 @@ def test_python_m_chainermn_dispatches(command):
 def test_python_m_chainermn_usage_and_unknown_command():
     res = subprocess.run([sys.executable, '-m', 'chainermn'], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
-    assert 'doctor' in res.stdout and 'cluster' in res.stdout and 'launch' in res.stdout
+    assert all(c in res.stdout for c in ('doctor', 'cluster', 'launch', 'trace')), res.stdout
     res = subprocess.run([sys.executable, '-m', 'chainermn', 'bogus'], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 2

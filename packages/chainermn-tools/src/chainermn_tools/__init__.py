@@ -1,4 +1,4 @@
-"""chainermn-tools: ``doctor``, ``launch``, ``cluster`` and ``slurm`` (``python -m chainermn COMMAND``).
+"""chainermn-tools: ``doctor``, ``launch``, ``cluster``, ``trace`` and ``slurm`` (``python -m chainermn COMMAND``).
 
 The tools sit above the libraries: they use ``chainermn_comm`` through its public names, and no
 library package imports them.  Each tool is a subpackage, imported only when it is used;

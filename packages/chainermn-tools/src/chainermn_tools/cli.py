@@ -10,6 +10,7 @@ COMMANDS = {
     'doctor': 'chainermn_tools.doctor',
     'cluster': 'chainermn_tools.cluster._cli',
     'launch': 'chainermn_tools.launch',
+    'trace': 'chainermn_tools.trace',
 }
 
 USAGE = ('usage: python -m chainermn doctor [--timeout SECONDS] [--no-cuda-aware-check]\n'
@@ -18,7 +19,9 @@ USAGE = ('usage: python -m chainermn doctor [--timeout SECONDS] [--no-cuda-aware
          '       python -m chainermn cluster --nodes N --ranks-per-node K [--link-gbit R] [--min-nodes M]\n'
          '                                   -- COMMAND ARGS...\n'
          '  cluster run an MPI job across N nodes made of Linux namespaces on this machine (root)\n'
-         '  launch  run an elastic job on the hosts of a hosts file (see `launch --help`)\n')
+         '  launch  run an elastic job on the hosts of a hosts file (see `launch --help`)\n'
+         '       python -m chainermn trace DIR [--png PATH] [--no-png]\n'
+         '  trace   report where the time of a run recorded with CHAINERMN_TRACE=DIR went\n')
 
 
 def main(argv=None):

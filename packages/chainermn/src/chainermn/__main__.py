@@ -1,4 +1,4 @@
-"""``python -m chainermn COMMAND``: run a tool of chainermn-tools (doctor, cluster, launch)."""
+"""``python -m chainermn COMMAND``: run a tool of chainermn-tools (doctor, cluster, launch, trace)."""
 
 import sys
 

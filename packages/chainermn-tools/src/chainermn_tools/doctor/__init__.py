@@ -3,8 +3,9 @@
 Automates the manual's Step-by-Step Troubleshooting: the MPI library mpi4py is linked against
 versus the mpiexec on PATH, the "every process is rank 0" mismatch, ranks/hosts and the
 intra/inter layout, a collective round trip with a value check, CuPy/NCCL/GPUs, whether MPI is
-CUDA-aware, and the environment variables the manual names.  Works alone and under
-``mpiexec -n N`` (rank 0 prints the table).  Exit status 1 when a check FAILs.
+CUDA-aware, the links' latency and bandwidth within and between nodes, and the environment
+variables the manual names.  Works alone and under ``mpiexec -n N`` (rank 0 prints the table).
+Exit status 1 when a check FAILs.
 """
 
 import argparse
@@ -17,7 +18,7 @@ from chainermn_tools.doctor._report import FAIL, Row, render, summary
 __all__ = ['main', 'run_checks']
 
 
-def run_checks(timeout=60.0, cuda_aware=True):
+def run_checks(timeout=60.0, cuda_aware=True, links=True):
     """Run every check on every rank; return (rows, is_printer) -- rows are complete on rank 0."""
     rows = []
     try:
@@ -26,7 +27,7 @@ def run_checks(timeout=60.0, cuda_aware=True):
         rows.append(Row('mpi4py', FAIL, 'cannot import mpi4py.MPI: {}: {}'.format(
             type(e).__name__, ' '.join(str(e).split())), MPI_INSTALL_HINT))
         return rows, True
-    return _checks.run_all(MPI, timeout=timeout, cuda_aware=cuda_aware)
+    return _checks.run_all(MPI, timeout=timeout, cuda_aware=cuda_aware, links=links)
 
 
 def main(argv=None):
@@ -36,8 +37,11 @@ def main(argv=None):
                         help='seconds any collective may take before the check fails (default 60)')
     parser.add_argument('--no-cuda-aware-check', action='store_true',
                         help='skip the CUDA-aware MPI test (it launches `mpiexec -n 2`)')
+    parser.add_argument('--no-links', action='store_true',
+                        help='skip measuring latency and bandwidth within and between nodes')
     args = parser.parse_args(argv)
-    rows, printer = run_checks(timeout=args.timeout, cuda_aware=not args.no_cuda_aware_check)
+    rows, printer = run_checks(timeout=args.timeout, cuda_aware=not args.no_cuda_aware_check,
+                              links=not args.no_links)
     verdict, status = summary(rows)
     if printer:
         sys.stdout.write(render(rows) + '\n\n' + verdict + '\n')

@@ -7,26 +7,11 @@ import time
 import numpy
 from chainermn_comm.install_hints import GPU_INSTALL_HINT
 
-from chainermn_tools.doctor import _facts, _gpu, _launch, _mpi, _slurm
+from chainermn_tools.doctor import _facts, _gpu, _launch, _links, _mpi, _slurm
 from chainermn_tools.doctor._report import FAIL, INFO, OK, SKIP, WARN, Row
+from chainermn_tools.doctor._report import ranges as _ranges
 
 __all__ = ['run_all']
-
-
-def _ranges(ranks):
-    """Format sorted ints as '0-3,6'."""
-    out, start, prev = [], None, None
-    for r in sorted(ranks):
-        if start is None:
-            start = prev = r
-        elif r == prev + 1:
-            prev = r
-        else:
-            out.append(str(start) if start == prev else '{}-{}'.format(start, prev))
-            start = prev = r
-    if start is not None:
-        out.append(str(start) if start == prev else '{}-{}'.format(start, prev))
-    return ','.join(out)
 
 
 def _by_host(facts):
@@ -212,7 +197,17 @@ def _collective(comm, MPI):
         'values ({:.1f} ms)'.format(n, ms)
 
 
-def run_all(MPI, timeout=60.0, cuda_aware=True):
+def _link_rows(world, MPI, facts, measure):
+    """Return the link rows (on rank 0; None elsewhere). Collective when ``measure`` and size > 1."""
+    size = world.Get_size()
+    if not measure:
+        skipped = 'skipped (--no-links)'
+        return [Row(_links.WITHIN, SKIP, skipped), Row(_links.BETWEEN, SKIP, skipped)]
+    found = _links.measure(world, MPI, [f['host'] for f in facts]) if size > 1 else {'hosts': {}}
+    return _links.rows_for(found, size) if world.Get_rank() == 0 else None
+
+
+def run_all(MPI, timeout=60.0, cuda_aware=True, links=True):
     """Run every check; return (rows, is_printer). Collective: call on every rank."""
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
@@ -281,6 +276,11 @@ def run_all(MPI, timeout=60.0, cuda_aware=True):
                         _ranges(i for i, v in enumerate(oks) if not v)),
                     'collectives give wrong values: check that all hosts use the same MPI and '
                     'network settings (try the manual\'s check_mpi4py.py)'))
+    if all(oks):
+        rows += _link_rows(world, MPI, facts, links) or []
+    elif rank == 0:
+        rows += [Row(n, SKIP, 'not measured: the collective round trip failed')
+                 for n in (_links.WITHIN, _links.BETWEEN)]
     if rank == 0:
         rows += _package_rows(facts)
         has_gpu = any(f['gpu']['devices'] for f in facts)

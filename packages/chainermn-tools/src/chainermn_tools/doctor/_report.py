@@ -2,13 +2,29 @@
 
 import collections
 
-__all__ = ['Row', 'OK', 'WARN', 'FAIL', 'INFO', 'SKIP', 'render', 'summary']
+__all__ = ['Row', 'OK', 'WARN', 'FAIL', 'INFO', 'SKIP', 'ranges', 'render', 'summary']
 
 OK, WARN, FAIL, INFO, SKIP = 'OK', 'WARN', 'FAIL', 'INFO', 'SKIP'
 
 #: One check: its name, status, what was found, and what to do when it is not OK.
 Row = collections.namedtuple('Row', ['check', 'status', 'detail', 'fix'])
 Row.__new__.__defaults__ = ('',)
+
+
+def ranges(ranks):
+    """Format ints as '0-3,6'."""
+    out, start, prev = [], None, None
+    for r in sorted(ranks):
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:
+            prev = r
+        else:
+            out.append(str(start) if start == prev else '{}-{}'.format(start, prev))
+            start = prev = r
+    if start is not None:
+        out.append(str(start) if start == prev else '{}-{}'.format(start, prev))
+    return ','.join(out)
 
 
 def _wrap(text, width):
