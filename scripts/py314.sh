@@ -110,7 +110,7 @@ fi
 [ -f "$complete" ] || build
 
 # Host configuration pip needs: the CA bundle, pip.conf files, PIP_* variables and the local
-# directories they name (file:// indexes, find-links), bound read-only.
+# directories they name (file:// indexes, find-links: bound read-only) and files (constraints: copied).
 install -D -m 644 /etc/ssl/certs/ca-certificates.crt "$chroot_dir/etc/ssl/certs/ca-certificates.crt"
 cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf" 2>/dev/null || true
 # The host's name must resolve inside too (MPICH's Hydra proxies connect back to it by name).
@@ -135,7 +135,12 @@ bind /var/tmp/chainermn-cluster
 for d in "${local_dirs[@]}"; do
     d="${d%/simple}"; d="${d%/}"
     case "$d" in /etc/ssl/*|"$root"*) continue ;; esac
-    if [ -d "$d" ] && ! mountpoint -q "$chroot_dir$d"; then bind "$d" ro; fi
+    if [ -d "$d" ]; then
+        mountpoint -q "$chroot_dir$d" || bind "$d" ro
+    elif [ -f "$d" ]; then
+        # A file a pip setting names (e.g. `constraint = /etc/xdg/pip/constraints.txt`): copy it.
+        install -D -m 644 "$d" "$chroot_dir$d"
+    fi
 done
 
 status=0
