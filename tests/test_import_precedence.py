@@ -99,6 +99,7 @@ def wheels(tmp_path_factory):
                         'Requires-Dist: chainermn-data (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-links (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-tools (>=2.0,<2.1)',
+                        'Requires-Dist: chainermn-tools[plot] (>=2.0,<2.1) ; extra == "plot"',
                         'Requires-Dist: chainermn-train (>=2.0,<2.1)',
                         'Requires-Dist: numpy (>=1.26,<3)'], requires  # any order
     return found

@@ -96,6 +96,10 @@ def test_demo_block_trains_to_90_percent():
     if not os.path.isfile(os.path.join(ROOT, '.venv', '.chainermn-bootstrap')):
         pytest.skip('no bootstrapped .venv in the checkout: the demo would create one '
                     '(run `bash scripts/bootstrap.sh` first)')
+    if not os.path.exists(os.path.realpath(os.path.join(ROOT, '.venv', 'bin', 'python'))):
+        # E.g. the Python 3.14 chroot sees the host's .venv, whose interpreter lives outside it;
+        # the demo would try to rebuild that venv.  The README set-up proves the demo.
+        pytest.skip('the .venv in the checkout was made with an interpreter that is not here')
     demo = block('demo')
     env = {k: v for k, v in os.environ.items() if k not in ('VIRTUAL_ENV', 'PYTHONPATH')}
     env.update(PYTHONUNBUFFERED='1', CHAINERMN_TIMEOUT='300')
