@@ -75,7 +75,11 @@ class _DefaultHandler(logging.Handler):
             return  # the user decides where records go
         try:
             stream = sys.stderr
-            stream.write(self.format(record) + '\n')
+            # A record with ``chainermn_plain`` (e.g. the straggler line, which names another
+            # rank) is written as its message alone.
+            text = record.getMessage() if getattr(record, 'chainermn_plain', False) \
+                else self.format(record)
+            stream.write(text + '\n')
             stream.flush()
         except Exception:
             self.handleError(record)
