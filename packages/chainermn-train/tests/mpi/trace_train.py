@@ -1,12 +1,12 @@
 """Trace test script: a tiny training loop with an evaluator, a checkpointer and a snapshot.
 
 Usage: trace_train.py OUT ITERS [--slow-rank R --sleep S] [--overlap | --double]
-                                [--raise-at N] [--sigterm-at N]
+                                [--raise-at N] [--sigterm-at N [--no-preemption]]
 
 ``--slow-rank``: that rank sleeps ``S`` seconds in its converter (a slow data path).
 ``--raise-at``: rank 1 (rank 0 with one rank) raises at that iteration, under the global
 except hook.  ``--sigterm-at``: rank 0 sends itself SIGTERM at that iteration, under the
-preemption handler.  Prints ``rank R done`` at a normal end.
+preemption handler (``--no-preemption``: without it).  Prints ``rank R done`` at a normal end.
 """
 
 import argparse
@@ -37,6 +37,7 @@ def main(argv=None):
     p.add_argument('--double', action='store_true')
     p.add_argument('--raise-at', type=int, default=0)
     p.add_argument('--sigterm-at', type=int, default=0)
+    p.add_argument('--no-preemption', action='store_true', help='SIGTERM without the handler')
     args = p.parse_args(argv)
     if args.double:
         import mpi4py
@@ -73,7 +74,7 @@ def main(argv=None):
     snap = extensions.snapshot(filename='snap_{.updater.iteration}')
     trainer.extend(chainermn_train.extensions.multi_node_snapshot(comm, snap, [0]),
                    trigger=(6, 'iteration'))
-    if args.sigterm_at:
+    if args.sigterm_at and not args.no_preemption:
         preemption.install(trainer, cp, comm)
     failing = 1 if comm.size > 1 else 0
 
