@@ -1,10 +1,11 @@
 """What tracing and live straggler detection cost per training iteration.
 
-Usage: python bench/trace_cost.py [--ranks 2] [--models mnist,resnet] [--size full|tiny]
+Usage: python bench/trace_cost.py [--ranks 2] [--models allreduce,mnist,resnet] [--size full|tiny]
                                   [--rounds R] [--block K] [--warmup W] [--procs P]
                                   [--baseline-src CHECKOUT] [--out FILE.json]
 
-Models: ``mnist`` is examples/mnist's model (a 3-layer perceptron of 1000 units, 10 classes, on
+Models: ``allreduce`` is one ``comm.allreduce`` of one float (the cost per collective call, the
+agreement check included); ``mnist`` is examples/mnist's model (a 3-layer perceptron of 1000 units, 10 classes, on
 8x8 digits, batch 100 per rank); ``resnet`` is ResNet-50 from bench/iteration.py (batch 2 of
 3x64x64 per rank; ``--size tiny`` shrinks both).  Each iteration is ``MultiNodeOptimizer.update``
 (forward, backward, gradient all-reduce, Adam), as a trainer runs it.
@@ -69,9 +70,19 @@ def worker(args):
     import chainermn_train
     before = args.mode == 'before'
     comm = chainermn_comm.create_communicator('naive')
-    model, loss, x, t = _model(args.model, args.size)
-    opt = chainermn_train.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
-    opt.setup(model)
+    if args.model == 'allreduce':  # one guarded collective: the per-call cost, in microseconds
+        import numpy
+        one = numpy.ones(1, numpy.float32)
+
+        def step():
+            comm.allreduce(one)
+    else:
+        model, loss, x, t = _model(args.model, args.size)
+        opt = chainermn_train.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+        opt.setup(model)
+
+        def step():
+            opt.update(loss, x, t)
     modes = ['before'] if before else list(MODES)
     if not before:
         from chainermn_comm import trace
@@ -85,7 +96,7 @@ def worker(args):
             agreement.detector = saved[1] if mode != 'nostraggler' else None
     world = MPI.COMM_WORLD
     for _ in range(args.warmup):
-        opt.update(loss, x, t)
+        step()
     times = {m: [] for m in modes}
     for r in range(args.rounds):
         order = list(modes)
@@ -96,7 +107,7 @@ def worker(args):
             world.Barrier()
             t0 = time.perf_counter()
             for _ in range(args.block):
-                opt.update(loss, x, t)
+                step()
             dt = (time.perf_counter() - t0) / args.block
             times[m].append(world.allreduce(dt, op=MPI.MAX))
     if not before:
@@ -136,7 +147,7 @@ def _env(baseline_src=None, trace_dir=None):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--ranks', type=int, default=2)
-    p.add_argument('--models', default='mnist,resnet')
+    p.add_argument('--models', default='allreduce,mnist,resnet')
     p.add_argument('--size', choices=('tiny', 'full'), default='full')
     p.add_argument('--rounds', type=int, default=10, help='rounds of every mode per job')
     p.add_argument('--block', type=int, default=None, help='iterations per round and mode')
@@ -156,7 +167,7 @@ def main():
     try:
         for model in args.models.split(','):
             if args.block is None:
-                args.block = 20 if model == 'mnist' else 2
+                args.block = {'allreduce': 2000, 'mnist': 20}.get(model, 2)
             times = {}
             jobs = ['now'] + (['before'] if args.baseline_src else [])
             for i in range(args.procs):
@@ -181,12 +192,12 @@ def main():
     with open(args.out, 'w') as f:
         json.dump(result, f, indent=1)
     cols = ('before', 'off', 'trace', 'nostraggler')
-    print('{:<10s}'.format('model@n') + ''.join('{:>15s}'.format(c + ' ms') for c in cols) +
+    print('{:<12s}'.format('model@n') + ''.join('{:>15s}'.format(c + ' us') for c in cols) +
           '{:>11s}{:>17s}{:>12s}'.format('trace/off', 'off/nostraggler', 'off/before'))
     for model, e in result['models'].items():
         med, r = e['median_s'], e['ratios']
-        print('{:<10s}'.format('{}@{}'.format(model, args.ranks)) +
-              ''.join('{:>15.2f}'.format(med[c] * 1e3) if c in med else '{:>15s}'.format('-')
+        print('{:<12s}'.format('{}@{}'.format(model, args.ranks)) +
+              ''.join('{:>15.1f}'.format(med[c] * 1e6) if c in med else '{:>15s}'.format('-')
                       for c in cols) +
               '{:>11.4f}{:>17.4f}'.format(r['trace/off'], r['off/nostraggler']) +
               ('{:>12.4f}'.format(r['off/before']) if 'off/before' in r else '{:>12s}'.format('-')))

@@ -187,24 +187,46 @@ class CallGuard:
 
 def comm_args(cur, traced):
     """Return the ``comm`` event's arguments of call ``cur``: bytes, dtype, op, call number, ..."""
-    args = {'bytes': 0, 'dtype': '', 'op': ''}
     if traced:
-        args.update(traced)
-    elif isinstance(cur[2], tuple):
-        fields = dict(p for p in cur[2] if isinstance(p, tuple) and len(p) == 2)
-        if 'dtype' in fields:
-            import numpy
-            dtype = numpy.dtype(fields['dtype'])
-            count = 1
-            for n in fields.get('shape', ()):
-                count *= int(n)
-            args.update(bytes=count * dtype.itemsize, dtype=dtype.name)
-        if 'op' in fields:
-            args['op'] = str(fields['op'])
-    if not traced and cur[0].endswith('_obj'):
-        args['dtype'] = 'object'
-    args['call'] = cur[5]
+        args = dict(traced)
+        args.setdefault('bytes', 0)
+        args.setdefault('dtype', '')
+        args.setdefault('op', '')
+        args['call'] = cur[5]
+        return args
+    args = {'bytes': 0, 'dtype': 'object' if cur[0].endswith('_obj') else '', 'op': '',
+            'call': cur[5]}
+    sig = cur[2]
+    if type(sig) is tuple:  # a callable signature costs time to build: not for a trace event
+        shape = dtype = None
+        for pair in sig:
+            what = pair[0]
+            if what == 'shape':
+                shape = pair[1]
+            elif what == 'dtype':
+                dtype = pair[1]
+            elif what == 'op':
+                args['op'] = str(pair[1])
+        if dtype is not None:
+            itemsize, name = _dtype_info(dtype)
+            for n in shape or ():
+                itemsize *= n
+            args['bytes'] = int(itemsize)
+            args['dtype'] = name
     return args
+
+
+_dtype_infos = {}
+
+
+def _dtype_info(dtype):
+    """Return (itemsize, name) of a dtype given as its ``str`` (cached: NumPy's parse is slow)."""
+    info = _dtype_infos.get(dtype)
+    if info is None:
+        import numpy
+        d = numpy.dtype(dtype)
+        info = _dtype_infos[dtype] = (d.itemsize, d.name)
+    return info
 
 
 class _NoDevice:

@@ -33,7 +33,7 @@ def write_json(path, doc):
     tmp = '{}.{}.tmp'.format(path, os.getpid())
     try:
         with open(tmp, 'w') as f:
-            json.dump(doc, f, separators=(',', ':'))
+            f.write(json.dumps(doc, separators=(',', ':')))  # the C encoder: dump() is 5x slower
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
