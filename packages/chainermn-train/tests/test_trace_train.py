@@ -138,3 +138,23 @@ def test_sigterm_writes_the_trace(preempt, tmp_path):
         assert doc['otherData']['ranks']['0']['reason'] == 'sigterm', doc['otherData']
         part = _load(tmp_path, 'trace.rank0.json')
         assert max(e['args']['iteration'] for e in part['traceEvents'] if e.get('cat') == 'step') == 5
+
+
+def test_phases_of_a_model_on_a_gpu_are_timed_with_cuda_events(tmp_path):
+    """On the NumPy stand-in for CuPy: forward/backward/optimizer come from CUDA event pairs."""
+    fake = os.path.join(HERE, '..', '..', 'chainermn-comm', 'tests', 'fakecupy')
+    if not os.path.isdir(fake):
+        pytest.skip('the stand-in for CuPy lives in the monorepo checkout')
+    path = os.pathsep.join([os.path.abspath(fake)] + [
+        p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
+    res, report = _run(tmp_path, 1, 8, '--device-timed', env={'PYTHONPATH': path})
+    assert res.returncode == 0, report
+    events = _load(tmp_path)['traceEvents']
+    phases = [e for e in events if e.get('cat') == 'compute']
+    assert collections.Counter(e['name'] for e in phases) == {'forward': 8, 'backward': 8,
+                                                              'optimizer': 8}
+    assert all(e['args'] == {'device': True} for e in phases), phases[:3]
+    steps = [e for e in events if e.get('cat') == 'step']
+    for e in phases:  # on the host clock, inside their update
+        assert any(s['ts'] - 1 <= e['ts'] and e['ts'] + e['dur'] <= s['ts'] + s['dur'] + 1
+                   for s in steps), e

@@ -1,7 +1,7 @@
 """Trace test script: a tiny training loop with an evaluator, a checkpointer and a snapshot.
 
 Usage: trace_train.py OUT ITERS [--slow-rank R --sleep S] [--overlap | --double]
-                                [--raise-at N] [--sigterm-at N [--no-preemption]]
+                                [--raise-at N] [--sigterm-at N [--no-preemption]] [--device-timed]
 
 ``--slow-rank``: that rank sleeps ``S`` seconds in its converter (a slow data path).
 ``--raise-at``: rank 1 (rank 0 with one rank) raises at that iteration, under the global
@@ -38,11 +38,16 @@ def main(argv=None):
     p.add_argument('--raise-at', type=int, default=0)
     p.add_argument('--sigterm-at', type=int, default=0)
     p.add_argument('--no-preemption', action='store_true', help='SIGTERM without the handler')
+    p.add_argument('--device-timed', action='store_true',
+                   help='time the phases as if the model were on a GPU (with tests/fakecupy)')
     args = p.parse_args(argv)
     if args.double:
         import mpi4py
         mpi4py.rc.thread_level = 'multiple'
     chainermn_comm.global_except_hook.add_hook()
+    if args.device_timed:  # CUDA events of the stand-in time the phases (host arrays otherwise)
+        from chainermn_train import _optimizer
+        _optimizer._on_device = lambda link: True
     comm = _common.comm()
     model = _common.make_model(11)
     x, y = _common.data(48, seed=3)
