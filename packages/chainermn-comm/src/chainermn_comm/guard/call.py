@@ -150,7 +150,8 @@ class CallGuard:
         if self._trace is not None:
             start, traced = self._trace
             self._trace = None
-            trace.record(cur[0], 'comm', start, trace.now(), comm_args(cur, traced))
+            if cur is not None:
+                trace.record(cur[0], 'comm', start, trace.now(), comm_args(cur, traced))
         return False
 
     def device_timed(self):
