@@ -5,10 +5,11 @@ Usage: python bench/trace_cost.py [--ranks 2] [--models allreduce,mnist,resnet] 
                                   [--baseline-src CHECKOUT] [--out FILE.json]
 
 Models: ``allreduce`` is one ``comm.allreduce`` of one float (the cost per collective call, the
-agreement check included); ``mnist`` is examples/mnist's model (a 3-layer perceptron of 1000 units, 10 classes, on
-8x8 digits, batch 100 per rank); ``resnet`` is ResNet-50 from bench/iteration.py (batch 2 of
-3x64x64 per rank; ``--size tiny`` shrinks both).  Each iteration is ``MultiNodeOptimizer.update``
-(forward, backward, gradient all-reduce, Adam), as a trainer runs it.
+agreement check included); ``mnist`` is examples/mnist's model (a 3-layer perceptron of 1000
+units, 10 classes, on 8x8 digits, batch 100 per rank); ``resnet`` is ResNet-50 from
+bench/iteration.py (batch 2 of 3x64x64 per rank; ``--size tiny`` shrinks them).  Each iteration
+is ``MultiNodeOptimizer.update`` (forward, backward, gradient all-reduce, Adam), as a trainer
+runs it.
 
 Modes, interleaved in random order every round inside one job (``CHAINERMN_TRACE`` set, the
 switches flipped between rounds): ``off`` (tracing off, straggler detection on: the default),

@@ -31,7 +31,7 @@ class Tracer:
         self._flush_lock = threading.RLock()
 
     def start_clock(self, world):
-        """Estimate the clock offset against rank 0 and agree on the run's name (collective over ``world``)."""
+        """Estimate the clock offset against rank 0 and agree on the run's name (collective)."""
         comm = world.Dup()
         try:
             self.clock.estimate(comm)
