@@ -4,12 +4,7 @@ import functools
 
 import numpy
 
-from chainermn_comm import _arrays
-from chainermn_comm import _dtypes
-from chainermn_comm import _finalize
-from chainermn_comm import _shm_reduce
-from chainermn_comm import _topology
-from chainermn_comm import _wire
+from chainermn_comm import _arrays, _dtypes, _finalize, _shm_reduce, _topology, _wire, trace
 from chainermn_comm._errors import CommunicationError
 from chainermn_comm._mpi_model import ModelCollectives
 from chainermn_comm._wire import FUSED_KINDS as _FUSED_KINDS
@@ -54,10 +49,13 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
         self.batched_copy = bool(batched_copy)
         self._init_kwargs = dict(allreduce_grad_dtype=allreduce_grad_dtype,
                                  batched_copy=batched_copy, timeout=timeout)
-        self._guard = CallGuard(mpi_comm, timeout=timeout)
+        # Real host names for the straggler line (simulated nodes are named node0, node1, ...).
+        hosts = None if _topology.simulated() else self._topology.hosts
+        self._guard = CallGuard(mpi_comm, timeout=timeout, hosts=hosts)
         self._reducer = _shm_reduce.NodeReducer(mpi_comm, self._topology)
         #: Whether ``finalize`` frees ``mpi_comm`` (true for communicators made by ``split``).
         self._owns_mpi_comm = False
+        trace.communicator_created(mpi_comm)
 
     def __repr__(self):
         return '<{} rank={} size={} intra={}/{} inter={}/{}>'.format(

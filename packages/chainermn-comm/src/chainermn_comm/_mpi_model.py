@@ -4,8 +4,21 @@ import numpy
 
 from chainermn_comm import _arrays
 from chainermn_comm import _grad
+from chainermn_comm import trace
 
-__all__ = ['ModelCollectives']
+__all__ = ['ModelCollectives', 'arrays_traced']
+
+
+def arrays_traced(arrays, op, wire_dtype=None):
+    """Return the trace arguments of a collective over ``arrays`` (``grad`` for averages)."""
+    dtypes = {a.dtype for a in arrays}
+    args = {'bytes': sum(a.nbytes for a in arrays), 'op': op,
+            'dtype': dtypes.pop().name if len(dtypes) == 1 else ('mixed' if dtypes else '')}
+    if op == 'mean':
+        args['grad'] = True
+        if wire_dtype is not None and numpy.dtype(wire_dtype).name != args['dtype']:
+            args['wire_dtype'] = numpy.dtype(wire_dtype).name
+    return args
 
 
 class ModelCollectives:
@@ -18,7 +31,8 @@ class ModelCollectives:
         named = [(n, p) for n, p in sorted(model.namedparams(), key=lambda kv: kv[0]) if p.array is not None]
         params = [p for _, p in named]
         sig = (('params', tuple((n, p.array.shape, p.array.dtype.str) for n, p in named)),)
-        with self._guard('bcast_data', sig, key=_grad.params_key(params, 'array')):
+        traced = arrays_traced([p.array for p in params], 'bcast') if trace.ON else None
+        with self._guard('bcast_data', sig, key=_grad.params_key(params, 'array'), traced=traced):
             self._bcast_params(params)
 
     def _bcast_params(self, params):
@@ -36,7 +50,9 @@ class ModelCollectives:
         def sig():
             return (('params', _grad.params_signature(model, params, 'grad')),)
 
-        with self._guard('allreduce_grad', sig, key=_grad.params_key(params, 'grad')):
+        traced = arrays_traced([p.grad for p in params], 'mean', self.allreduce_grad_dtype) \
+            if trace.ON else None
+        with self._guard('allreduce_grad', sig, key=_grad.params_key(params, 'grad'), traced=traced):
             self._mean_grads(params)
 
     def multi_node_mean_grad(self, model, zero_fill=True):

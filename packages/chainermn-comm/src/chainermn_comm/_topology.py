@@ -5,7 +5,7 @@ import collections
 from chainermn_comm import settings
 from chainermn_comm.protocol import RANKS_PER_NODE_ENV
 
-__all__ = ['Topology', 'detect_topology', 'RANKS_PER_NODE_ENV']
+__all__ = ['Topology', 'detect_topology', 'simulated', 'RANKS_PER_NODE_ENV']
 
 Topology = collections.namedtuple(
     'Topology', ['node_id', 'intra_rank', 'intra_size', 'inter_rank', 'inter_size', 'hosts'])
@@ -14,6 +14,11 @@ Topology = collections.namedtuple(
 def _simulated_node_size():
     """Return $CHAINERMN_RANKS_PER_NODE (simulated nodes of that many consecutive ranks), or None."""
     return settings.read(RANKS_PER_NODE_ENV)
+
+
+def simulated():
+    """Return True when $CHAINERMN_RANKS_PER_NODE simulates the nodes (host names are made up)."""
+    return _simulated_node_size() is not None
 
 
 def detect_topology(mpi_comm):

@@ -44,7 +44,9 @@ def _abort(exc_type, exc_value, exc_tb, previous):
                       exc_type.__name__, _rank())
         sys.stderr.flush()
         sys.stdout.flush()
-        time.sleep(FLUSH_GRACE_S)
+        started = time.monotonic()
+        _flush_trace()
+        time.sleep(max(0.0, FLUSH_GRACE_S - (time.monotonic() - started)))
     finally:
         try:
             from mpi4py import MPI
@@ -54,6 +56,16 @@ def _abort(exc_type, exc_value, exc_tb, previous):
             _log.critical('MPI_Abort failed; this MPI process may hang.')
             sys.stderr.flush()
         os._exit(EXIT_STATUS)
+
+
+def _flush_trace():
+    """Write this rank's trace (CHAINERMN_TRACE) and merge the parts there are, before the abort."""
+    try:
+        from chainermn_comm import trace
+        if trace.ON:
+            trace.flush('exception')
+    except Exception:
+        pass
 
 
 def _sys_hook(exc_type, exc_value, exc_tb):

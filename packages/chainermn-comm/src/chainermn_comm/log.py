@@ -7,7 +7,8 @@
 Records have ``rank`` and ``host`` attributes (``%(rank)s``, ``%(host)s`` in a format).  Until
 the user configures logging (a handler on the ``chainermn`` logger or on the root logger), a
 default handler writes them to ``sys.stderr`` as ``chainermn: [rank R host H] message``,
-flushed at once (the watchdog logs while the process dies).  Silence or redirect them the usual
+flushed at once (the watchdog logs while the process dies); a record with the attribute
+``chainermn_plain`` (the straggler line, which names another rank) is written as its message alone.  Silence or redirect them the usual
 way: ``logging.getLogger('chainermn').setLevel(logging.CRITICAL)``, or add a handler.  Warnings
 stay :mod:`warnings`.
 """
@@ -75,7 +76,11 @@ class _DefaultHandler(logging.Handler):
             return  # the user decides where records go
         try:
             stream = sys.stderr
-            stream.write(self.format(record) + '\n')
+            # A record with ``chainermn_plain`` (e.g. the straggler line, which names another
+            # rank) is written as its message alone.
+            text = record.getMessage() if getattr(record, 'chainermn_plain', False) \
+                else self.format(record)
+            stream.write(text + '\n')
             stream.flush()
         except Exception:
             self.handleError(record)

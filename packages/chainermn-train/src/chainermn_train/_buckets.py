@@ -19,6 +19,7 @@ class BucketFill:
         self.filled = 0
         self.pending = [len(members) for members in layout.buckets]
         self.next_bucket = 0  # the next bucket to hand out (index order on every rank)
+        self.call = 0  # the communicator's collective number of this average (trace events)
 
     def on_final(self, i, grad):
         """Take parameter ``i``'s final gradient (None: zeros); report its bucket once complete.

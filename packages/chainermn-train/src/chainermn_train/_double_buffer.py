@@ -10,11 +10,13 @@ them again (its own gradients are still in flight).
 
 import atexit
 import threading
+import zlib
 
 import numpy
 
-from chainermn_comm import CommunicationError, engine
+from chainermn_comm import CommunicationError, engine, trace
 from chainermn_train import _params
+from chainermn_train import _tracing
 
 __all__ = ['DoubleBufferingReducer', 'check_double_buffering_support']
 
@@ -96,6 +98,7 @@ class DoubleBufferingReducer:
         self._error = None
         self._in_flight = None  # buffers being reduced by the thread
         self._atexit = False
+        self._key = (None, 0)   # (gradient signature, its checksum: the agreement check's key)
 
     def _params(self, target):
         params = []
@@ -116,12 +119,17 @@ class DoubleBufferingReducer:
         # reducer, as in the plain path, rather than cast here unscaled.
         return _Buffers(layout, dtypes.pop() if len(dtypes) == 1 else numpy.dtype(numpy.float64))
 
-    def _reduce(self, bufs):
+    def _reduce(self, bufs, call):
+        started = trace.now() if trace.ON else None
         self._reducer.mean(bufs.views, dtype=self._red_dtype)
+        if started is not None:
+            trace.record('multi_node_mean_grad', 'comm', started, trace.now(),
+                         _tracing.bucket_args(bufs.views, self._red_dtype, call))
 
-    def _run(self, bufs):
+    def _run(self, bufs, call):
+        trace.set_thread_name('double_buffering')
         try:
-            self._reduce(bufs)
+            self._reduce(bufs, call)
         except BaseException as e:  # reported to the main thread in finish()
             self._error = e
 
@@ -145,15 +153,28 @@ class DoubleBufferingReducer:
         return bufs
 
     def swap(self, target):
-        """Start reducing ``target``'s gradients; replace them by the previous averaged ones."""
+        """Start reducing ``target``'s gradients; replace them by the previous averaged ones.
+
+        Runs under the communicator's agreement check (one small message; on up to 64 ranks it
+        also carries the live straggler detection's arrival times): the ranks agree that they
+        double-buffer the same gradients before any of them starts the background reduction.
+        """
         params = self._params(target)
         sig = tuple((p.grad.shape, p.grad.dtype.str) for p in params)
+        if sig != self._key[0]:
+            self._key = (sig, zlib.crc32(repr(sig).encode()))  # ints only: hashed alike everywhere
+        guard = engine.guarded_call(self._communicator, 'multi_node_mean_grad(double_buffering)',
+                                    (('params', sig),), key=self._key[1])
+        with guard:
+            self._swap(params, sig, getattr(guard, 'collective_seq', 0))
+
+    def _swap(self, params, sig, call):
         if sig != self._sig:
             self.finish()
             self._sig = sig
             first = self._new_buffers(params)
             first.pack([p.grad for p in params])
-            self._reduce(first)
+            self._reduce(first, call)
             first.unpack(params)
             self._ready = first
             self._spare = self._new_buffers(params)
@@ -165,8 +186,8 @@ class DoubleBufferingReducer:
         bufs.pack([p.grad for p in params])
         self._spare = None
         self._in_flight = bufs
-        self._thread = threading.Thread(target=self._run, args=(bufs,), name='chainermn-double-buffer',
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(bufs, call),
+                                        name='chainermn-double-buffer', daemon=True)
         self._thread.start()
         if not self._atexit:
             atexit.register(self._finish_quietly)

@@ -13,6 +13,7 @@ import types
 
 import numpy
 
+from chainermn_comm import trace
 from chainermn_train import _fingerprint
 
 __all__ = ['create_multi_node_evaluator']
@@ -84,6 +85,11 @@ def _combine(gathered):
 
 
 def _mn_evaluate(self):
+    with trace.span('evaluate', 'eval'):
+        return _evaluate_all(self)
+
+
+def _evaluate_all(self):
     comm = self._mn_communicator
     counter = [0]
     iterators = self._iterators

@@ -1,5 +1,6 @@
 """create_multi_node_optimizer: a Chainer optimizer whose updates use gradients averaged over ranks."""
 
+from chainermn_comm import trace
 from chainermn_train import _params
 
 __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
@@ -8,7 +9,7 @@ __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 # wrapped optimizer.
 _OWN = frozenset([
     'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap',
-    '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked',
+    '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked', '_mn_left',
 ])
 
 
@@ -21,6 +22,11 @@ def _batch_size(args, kwds):
         if isinstance(value, (list, tuple)) and value:
             return len(value)
     return None
+
+
+def _on_device(link):
+    """Return True when ``link``'s parameters live on a CUDA device (timed with CUDA events)."""
+    return getattr(getattr(link, 'xp', None), '__name__', '') == 'cupy'
 
 
 class MultiNodeOptimizer:
@@ -45,6 +51,7 @@ class MultiNodeOptimizer:
         d['_overlap'] = None
         d['_mn_double'] = None
         d['_mn_batch_checked'] = False
+        d['_mn_left'] = None  # while tracing: when the last update returned (trace.now())
         if double_buffering:
             from chainermn_train._double_buffer import DoubleBufferingReducer
             d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill)
@@ -82,6 +89,20 @@ class MultiNodeOptimizer:
 
     def update(self, lossfun=None, *args, **kwds):
         """Compute (when ``lossfun`` is given), average and apply gradients, like ``Optimizer.update``."""
+        if not trace.ON:
+            return self._mn_update(lossfun, args, kwds, False)
+        # Traced: the update is a 'step' event, the time since the last one a 'data' event.
+        entered = trace.now()
+        if self._mn_left is not None:
+            trace.record('data', 'data', self._mn_left, entered)
+        try:
+            return self._mn_update(lossfun, args, kwds, True)
+        finally:
+            left = trace.now()
+            trace.record('update', 'step', entered, left, {'iteration': int(self.actual_optimizer.t)})
+            self.__dict__['_mn_left'] = left
+
+    def _mn_update(self, lossfun, args, kwds, on):
         opt = self.actual_optimizer
         target = opt.target
         if target is None:
@@ -92,18 +113,25 @@ class MultiNodeOptimizer:
         if lossfun is not None:
             # Parameters that exist before the forward pass are made equal before it runs.
             self._mn_sync_if_changed()
+            device = on and _on_device(target)
+            started = trace.begin(device) if on else None
             loss = lossfun(*args, **kwds)
+            if on:
+                trace.end(started, 'forward', 'compute')
             if self.overlap and not self._mn_params_created():
                 target.cleargrads()
-                self._mn_overlap().run_backward(loss, loss_scale=opt._loss_scale)
+                self._mn_overlap().run_backward(loss, loss_scale=opt._loss_scale)  # traces backward
                 del loss
-                opt.update()
+                self._mn_apply(on)
                 return
             if getattr(opt, '_use_cleargrads', True):
                 target.cleargrads()
             else:
                 target.zerograds()
+            started = trace.begin(device) if on else None
             loss.backward(loss_scale=opt._loss_scale)
+            if on:
+                trace.end(started, 'backward', 'compute')
             del loss
         if self._mn_params_created():
             # Parameters created by this forward pass (lazily initialised links) hold each rank's
@@ -112,7 +140,15 @@ class MultiNodeOptimizer:
             self._mn_bcast_params()
             return
         self._mn_mean_grads(target)
-        opt.update()
+        self._mn_apply(on)
+
+    def _mn_apply(self, on):
+        """Run the wrapped optimizer's own update (a 'compute' event 'optimizer' while tracing)."""
+        if not on:
+            return self.actual_optimizer.update()
+        started = trace.begin(_on_device(self.actual_optimizer.target))
+        self.actual_optimizer.update()
+        trace.end(started, 'optimizer', 'compute')
 
     def new_epoch(self, auto=False):
         """Start a new epoch on the wrapped optimizer."""

@@ -46,9 +46,10 @@ import chainer
 import numpy
 from chainer import _backprop_utils
 
-from chainermn_comm import CommunicationError, engine, protocol, settings
+from chainermn_comm import CommunicationError, engine, protocol, settings, trace
 from chainermn_train import _buckets
 from chainermn_train import _overlap_device
+from chainermn_train import _tracing
 
 __all__ = ['BackwardOverlap', 'BUCKET_ENV', 'DEFAULT_BUCKET_BYTES', 'MODE_ENV', 'MODES']
 
@@ -134,7 +135,7 @@ class BackwardOverlap:
         else:
             dtype = None if self.mode == 'end' else self._flat_dtype(params)
         if dtype is None:  # one pass after backward: exactly multi_node_mean_grad, in place
-            loss.backward(**backward_kwargs)
+            _tracing.backward(loss, backward_kwargs, _tracing.on_device(params))
             self.communicator.multi_node_mean_grad(self.link, zero_fill=True)
             self.early_params = 0
             return
@@ -160,6 +161,7 @@ class BackwardOverlap:
         else:
             # key=0: the layout checksum check inside _run names a difference better.
             with guard('multi_node_mean_grad(overlap)', sig, key=0):
+                run.call = guard.collective_seq  # the buckets' trace events name this call
                 self._run(run, loss, backward_kwargs, params, layout, index, consumers, count)
 
     def free(self):
@@ -224,7 +226,7 @@ class BackwardOverlap:
         run.start()
         try:
             with hook:
-                loss.backward(**backward_kwargs)
+                _tracing.backward(loss, backward_kwargs, isinstance(run, _overlap_device.DeviceRun))
             self.early_params = run.filled
             for i, p in enumerate(params):
                 if not run.done[i]:
@@ -309,12 +311,18 @@ class _Run(_buckets.BucketFill):
         """Average buckets ``first`` to ``last`` (default: just ``first``) in one pass."""
         members = [i for b in range(first, (first if last is None else last) + 1)
                    for i in self.layout.buckets[b]]
+        started = trace.now() if trace.ON else None
         self.reducer.mean([self.grads[i] for i in members], dtype=self.wire_dtype,
                           out=[self.layout.flat_views[i] for i in members])
+        if started is not None:
+            trace.record(_tracing.bucket_name(first, last), 'comm', started, trace.now(),
+                         _tracing.bucket_args([self.grads[i] for i in members], self.wire_dtype,
+                                              self.call))
         for i in members:
             self.grads[i] = None
 
     def _work(self):
+        trace.set_thread_name('overlap')
         try:
             for b, ev in enumerate(self.ready):
                 ev.wait()

@@ -20,7 +20,9 @@ than the whole buffer (last-bit differences).
 
 import numpy
 
+from chainermn_comm import trace
 from chainermn_train import _buckets
+from chainermn_train import _tracing
 
 __all__ = ['device_group', 'DeviceRun']
 
@@ -86,11 +88,17 @@ class DeviceRun(_buckets.BucketFill):
         self.stream.wait_event(ready)
         members = self.layout.buckets[b]
         with self.stream:
+            started = trace.begin(True) if trace.ON else None  # device time on the side stream
             for i in members:
                 cupy.multiply(self.grads[i].reshape(-1), self.scale, out=self.layout.flat_views[i])
         lo, hi = self.layout.bucket_span(b)
         self.group.allreduce_async(self.layout.flat[lo:hi], self.stream,
                                    what='multi_node_mean_grad(overlap) bucket {}'.format(b))
+        if started is not None:
+            with self.stream:
+                trace.end(started, _tracing.bucket_name(b), 'comm',
+                          _tracing.bucket_args([self.grads[i] for i in members], None, self.call),
+                          track='overlap')
 
     def join(self):
         """Queue what is left, then wait (bounded) until every bucket is averaged."""

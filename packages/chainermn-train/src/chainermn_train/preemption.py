@@ -23,7 +23,7 @@ import threading
 import numpy
 from chainer.training import extension
 
-from chainermn_comm import protocol
+from chainermn_comm import protocol, trace
 from chainermn_comm.log import get_logger
 
 __all__ = ['PREEMPTED_EXIT_STATUS', 'Preempted', 'PreemptionHandler', 'install']
@@ -133,6 +133,8 @@ class PreemptionHandler(extension.Extension):
                        'written' if self.checkpointer is not None else 'NOT written (no checkpointer)',
                        PREEMPTED_EXIT_STATUS))
         _log.warning(message)
+        if trace.ON:
+            trace.flush('sigterm')  # every rank writes its part; the last one merges them
         return True
 
     # -- trainer extension ------------------------------------------------------

@@ -111,14 +111,15 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         for g in grads:
             self._check_device(g, 'allreduce_grad')
         scale = 1.0 / self.size
-        for buf_dtype, idx in _group(grads, self.allreduce_grad_dtype):
-            arrays = [grads[i] for i in idx]
-            plan = self._packer.plan(arrays, buf_dtype, align=self._grad_align())
-            buf = self._packer.buffer(buf_dtype, plan.layout.padded, 'grad')
-            # Scale before any narrowing cast: float16 sums cannot overflow, small values survive.
-            self._packer.pack(arrays, buf, plan, scale=scale)
-            self._sum_buffer(buf, plan.layout)
-            self._packer.unpack(buf, arrays, plan, scale=1.0)
+        with self._guard.device_timed():  # while tracing: the GPU's time, not the host's
+            for buf_dtype, idx in _group(grads, self.allreduce_grad_dtype):
+                arrays = [grads[i] for i in idx]
+                plan = self._packer.plan(arrays, buf_dtype, align=self._grad_align())
+                buf = self._packer.buffer(buf_dtype, plan.layout.padded, 'grad')
+                # Scale before any narrowing cast: float16 sums cannot overflow, small values survive.
+                self._packer.pack(arrays, buf, plan, scale=scale)
+                self._sum_buffer(buf, plan.layout)
+                self._packer.unpack(buf, arrays, plan, scale=1.0)
 
     def _sum_buffer(self, buf, layout):
         """Sum the packed device buffer ``buf`` over all ranks in place."""
@@ -130,6 +131,10 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
             return super()._bcast_params(params)
         for a in arrays:
             self._check_device(a, 'bcast_data')
+        with self._guard.device_timed():
+            self._bcast_device_params(arrays)
+
+    def _bcast_device_params(self, arrays):
         is_root = self.rank == 0
         floats = [i for i, a in enumerate(arrays) if a.dtype in _layout.SUPPORTED_FLOATS]
         others = [i for i in range(len(arrays)) if i not in set(floats)]

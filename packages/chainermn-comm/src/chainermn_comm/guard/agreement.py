@@ -2,9 +2,11 @@
 
 Default mode (``$CHAINERMN_CHECK`` unset or 1): entering a collective exchanges a 62-bit
 fingerprint ``fp`` of ``(name, key or sig)``.  On communicators of up to ``GATHER_MAX_RANKS``
-ranks every rank all-gathers a fixed 72-byte record, ``fp`` plus up to ``PAYLOAD_BYTES`` of the
-call's own data: a small all-reduce hands its array in (``payload=``), finds every rank's array
-in the check's result and reduces them locally in rank order, so it costs one message, not two.
+ranks every rank all-gathers a fixed 80-byte record, ``fp`` plus up to ``PAYLOAD_BYTES`` of the
+call's own data plus one word for live straggler detection (:mod:`.straggler`: microseconds
+since the rank left its previous collective): a small all-reduce hands its array in
+(``payload=``), finds every rank's array in the check's result and reduces them locally in rank
+order, so it costs one message, not two.
 On larger communicators it all-reduces ``[fp, -fp]`` with ``MPI.MAX``.  Either way every rank
 learns whether all agree.  Only when they do not, the ranks gather their full signatures and
 raise :class:`CommunicationError` naming the ranks, hosts and the first difference.
@@ -17,6 +19,7 @@ import operator
 import zlib
 
 from chainermn_comm._errors import CommunicationError
+from chainermn_comm.guard import straggler
 from chainermn_comm.guard.report import INVALID_INPUT, disagreement_message, resolve
 
 __all__ = ['Agreement', 'stable_code', 'stable_key', 'comparable', 'GATHER_MAX_RANKS',
@@ -27,7 +30,8 @@ _FP_MASK = (1 << 62) - 1
 GATHER_MAX_RANKS = 64
 #: Bytes of a call's data that ride in the check's record.
 PAYLOAD_BYTES = 64
-_REC_WORDS = 1 + PAYLOAD_BYTES // 8
+#: Record words: the fingerprint, the payload, the arrival word (last).
+_REC_WORDS = 1 + PAYLOAD_BYTES // 8 + 1
 
 _codes = {}
 
@@ -75,6 +79,7 @@ class _Records:
         self.mine_bytes = self.mine.view(numpy.uint8)
         self.all = numpy.zeros((size, _REC_WORDS), numpy.int64)
         self.all_fp = self.all[:, 0]
+        self.all_since = self.all[:, -1]
         self.all_bytes = self.all.view(numpy.uint8)
         self._views = {}  # (dtype, shape) -> (view of my record, views of every rank's record)
 
@@ -101,7 +106,7 @@ class Agreement:
     runs (the watchdog says so); :attr:`desynced` once the ranks were found out of step.
     """
 
-    def __init__(self, mpi_comm, rank, size, host, check, debug):
+    def __init__(self, mpi_comm, rank, size, host, check, debug, hosts=None):
         from mpi4py import MPI
         self.mpi_comm = mpi_comm
         self.rank = rank
@@ -112,6 +117,15 @@ class Agreement:
         self.desynced = False
         self.debug_comm = mpi_comm.Dup() if debug else None
         self._records = _Records(size) if check and size <= GATHER_MAX_RANKS else None
+        #: Whether the records carry arrival words (live straggler detection, every rank).
+        self.arrivals = self._records is not None and straggler.enabled()
+        #: Rank 0's straggler detector (None elsewhere, or when detection is off).
+        self.detector = None
+        if self.arrivals:
+            # Rank 0 names hosts: the topology's, or one gather of them at creation.
+            hosts = list(hosts) if hosts is not None else mpi_comm.allgather(host)
+            if rank == 0:
+                self.detector = straggler.Detector(hosts)
         # array.array: item access costs a fraction of NumPy's on this per-call path.
         self._header = array.array('q', [0, 0])
         self._max = MPI.MAX
@@ -122,24 +136,27 @@ class Agreement:
         """Whether collective calls are checked at all."""
         return self.check or self.debug_comm is not None
 
-    def run(self, cur, key, payload, collective_seq):
-        """Check call ``cur``; return every rank's payload (rows in rank order) when it was gathered."""
+    def run(self, cur, key, payload, collective_seq, since=-1):
+        """Check call ``cur``; return every rank's payload (rows in rank order) when it was gathered.
+
+        ``since``: microseconds since this rank left its previous collective (-1: none yet).
+        """
         self.in_check = True
         try:
             if self.check:
-                return self._check_fingerprint(cur, key, payload, collective_seq)
+                return self._check_fingerprint(cur, key, payload, collective_seq, since)
             self._check_signatures(cur, collective_seq)
             return None
         finally:
             self.in_check = False
 
     # -- default mode: one small exchange -----------------------------------------------------
-    def _check_fingerprint(self, cur, key, payload, collective_seq):
+    def _check_fingerprint(self, cur, key, payload, collective_seq, since):
         if key is None:
             key = stable_key(comparable(resolve(cur[2])))
         fp = hash((stable_code(cur[0]), key)) & _FP_MASK
         if self._records is not None:
-            return self._check_gathered(cur, fp, payload, collective_seq)
+            return self._check_gathered(cur, fp, payload, collective_seq, since)
         h = self._header
         h[0] = fp
         h[1] = -fp
@@ -149,10 +166,11 @@ class Agreement:
                              'the next collective call')
         return None
 
-    def _check_gathered(self, cur, fp, payload, collective_seq):
-        """All-gather ``[fp, payload]`` records; return the payloads when every ``fp`` agrees."""
+    def _check_gathered(self, cur, fp, payload, collective_seq, since):
+        """All-gather ``[fp, payload, since]`` records; return the payloads when every ``fp`` agrees."""
         rec = self._records
         rec.mine[0] = fp
+        rec.mine[-1] = since
         views = None
         if payload is not None and payload.nbytes <= PAYLOAD_BYTES:
             views = rec.payload_views(payload)
@@ -161,6 +179,8 @@ class Agreement:
         if rec.all_fp.tolist().count(fp) != self.size:
             self._raise_from(self._gather_calls(cur, self.mpi_comm, collective_seq),
                              'the next collective call')
+        if self.detector is not None and cur[0] in straggler.GRAD_CALLS:
+            self.detector.observe(rec.all_since.tolist(), cur[3])
         return None if views is None else views[1]
 
     # -- debug mode: gather every signature ---------------------------------------------------

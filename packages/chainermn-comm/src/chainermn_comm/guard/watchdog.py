@@ -173,6 +173,15 @@ class Watch:
             pass
 
 
+def _flush_trace():
+    try:
+        from chainermn_comm import trace
+        if trace.ON:
+            trace.flush('watchdog')
+    except Exception:
+        pass
+
+
 def fire(guard, cur, elapsed):
     """Report ``guard``'s stuck call with every thread's stack and abort the whole job."""
     try:
@@ -192,8 +201,11 @@ def fire(guard, cur, elapsed):
     finally:
         try:
             # The other ranks' watchdogs usually fire at the same moment: give their reports
-            # time to reach the terminal before this abort kills them.
-            time.sleep(_ABORT_GRACE)
+            # time to reach the terminal before this abort kills them.  Write the trace
+            # (CHAINERMN_TRACE) meanwhile: the watchdog thread can, the stuck main thread cannot.
+            started = time.monotonic()
+            _flush_trace()
+            time.sleep(max(0.0, _ABORT_GRACE - (time.monotonic() - started)))
             from mpi4py import MPI
             MPI.COMM_WORLD.Abort(WATCHDOG_EXIT_STATUS)
         finally:

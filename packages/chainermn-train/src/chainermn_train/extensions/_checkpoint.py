@@ -39,6 +39,7 @@ import warnings
 import chainer
 import numpy
 
+from chainermn_comm import trace
 from chainermn_train import _fingerprint
 from chainermn_train.extensions import (_checkpoint_load, _generations, _launch_status, _resize,
                                         _safe_npz, _snapshot_writer)
@@ -161,6 +162,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         The iteration is ``iteration`` if given, else the trainer's (or ``obj.iteration``), else
         one more than the last saved/loaded one.  Not a collective.  Returns the file name.
         """
+        with trace.span('checkpoint save', 'io'):
+            return self._save(obj, iteration)
+
+    def _save(self, obj, iteration):
         start = time.monotonic()
         if iteration is None:
             iteration = _iteration_of(obj)
@@ -222,7 +227,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         the world size it needs and why it was rejected; ``start_fresh=True`` (or
         ``$CHAINERMN_START_FRESH=1``) returns None instead.  No file is deleted either way.
         """
-        loaded = _checkpoint_load.load(self, trainer, optimizer, allow_pickle, start_fresh)
+        with trace.span('checkpoint load', 'io'):
+            loaded = _checkpoint_load.load(self, trainer, optimizer, allow_pickle, start_fresh)
         # Follows the iterations from now on: added after loading, snapshots never need its state.
         self._launch_status.loaded(loaded, trainer)
         return loaded

@@ -6,6 +6,8 @@ import numpy
 from chainer import serializers
 from chainer.training import extension
 
+from chainermn_comm import trace
+
 __all__ = ['multi_node_snapshot', 'parse_replica_sets']
 
 #: Tag of the messages that carry a loaded snapshot from a replica set's master to its members.
@@ -76,6 +78,10 @@ class _MultiNodeSnapshot(extension.Extension):
 
     def initialize(self, trainer):
         """Let the master (auto)load, then give the loaded state to the rest of its replica set."""
+        with trace.span('snapshot load', 'io'):
+            self._initialize(trainer)
+
+    def _initialize(self, trainer):
         autoload = getattr(self.snapshot, 'autoload', False)
         if self.is_master:
             found = autoload and _snapshot_exists(self.snapshot.filename, trainer.out)
@@ -99,7 +105,8 @@ class _MultiNodeSnapshot(extension.Extension):
 
     def __call__(self, trainer):
         if self.is_master:
-            self.snapshot(trainer)
+            with trace.span('snapshot', 'io'):
+                self.snapshot(trainer)
 
     def on_error(self, trainer, exc, tb):
         if self.is_master:

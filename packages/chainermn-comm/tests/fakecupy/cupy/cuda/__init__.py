@@ -95,12 +95,19 @@ def get_current_stream():
 
 
 class Event:
-    """An event that is done as soon as it is recorded."""
+    """An event that is done as soon as it is recorded.
+
+    ``Event.waits`` counts the host waits on events (``synchronize``), so tests can check that
+    nothing waits for the GPU per iteration.
+    """
+
+    waits = 0
 
     def __init__(self, block=False, disable_timing=False, interprocess=False):
         self.block, self.disable_timing = block, disable_timing
         self.stream = None
         self._t = None
+        self.device = runtime.getDevice()
 
     def record(self, stream=None):
         self.stream = get_current_stream() if stream is None else stream
@@ -111,11 +118,16 @@ class Event:
         return True
 
     def synchronize(self):
-        pass
+        Event.waits += 1
 
 
 def get_elapsed_time(start, end):
-    """Return the milliseconds between two recorded events."""
+    """Return the milliseconds between two recorded events (as CuPy: both recorded, timing on)."""
     if start.disable_timing or end.disable_timing:
         raise RuntimeError('fake cupy: timing is disabled on one of the events')
+    if start._t is None or end._t is None:
+        raise RuntimeError('fake cupy: get_elapsed_time of an event that was never recorded')
+    if start.device != end.device:
+        raise RuntimeError('fake cupy: get_elapsed_time of events of devices {} and {}'.format(
+            start.device, end.device))
     return (end._t - start._t) * 1e3
