@@ -127,7 +127,7 @@ def analyse_rank(rank, host, events, threads):
                          for i, it in enumerate(per_iter['iteration'])]
     comm_ms = sum(comm.measure(lo, hi) for lo, hi, _ in windows) / 1e3
     exposed_ms = sum(per_iter['comm'])
-    hidden = 1.0 - exposed_ms / comm_ms if comm_ms > 0 else None
+    hidden = max(0.0, 1.0 - exposed_ms / comm_ms) if comm_ms > 0 else None  # rounding: never -0%
     return RankStats(rank, host, windows, per_iter, comm_ms, exposed_ms, hidden,
                      _bandwidth(events), tid)
 
