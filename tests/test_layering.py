@@ -34,11 +34,12 @@ THIRD_PARTY = {
     'cupy': 'cupy',
     'cupyx': 'cupy',
     'cupy_backends': 'cupy',
+    'ml_dtypes': 'ml-dtypes',
     'pytest': 'pytest',
     'poetry': 'poetry-core',
 }
 #: Distributions that may be imported only lazily (inside a function), from an extra.
-OPTIONAL = {'cupy'}
+OPTIONAL = {'cupy', 'ml-dtypes'}
 
 
 def _canonical(name):

@@ -18,7 +18,7 @@ __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'PREEMPTED_EXIT_STAT
            'CUDA_AWARE_ENV', 'DEBUG_ENV', 'DIRECT_BYTES_ENV', 'ELASTIC_ENV', 'FORCE_ABORT_ENV',
            'LAUNCH_RESTARTS_ENV', 'NODE_LOCAL_ENV', 'OVERLAP_BUCKET_BYTES_ENV', 'OVERLAP_MODE_ENV',
            'RANKS_PER_NODE_ENV', 'SHM_CHUNK_BYTES_ENV', 'SHM_REDUCE_ENV', 'SLURM_PMI_FIX_ENV',
-           'STALL_SECONDS_ENV', 'START_FRESH_ENV', 'TIMEOUT_ENV']
+           'STALL_SECONDS_ENV', 'START_FRESH_ENV', 'TIMEOUT_ENV', 'TUNE_ENV']
 
 #: Exit status of a job that the watchdog ended (a rank was blocked longer than the timeout).
 WATCHDOG_EXIT_STATUS = 14
@@ -64,6 +64,7 @@ SLURM_PMI_FIX_ENV = 'CHAINERMN_SLURM_PMI_FIX'
 STALL_SECONDS_ENV = 'CHAINERMN_STALL_SECONDS'
 START_FRESH_ENV = 'CHAINERMN_START_FRESH'
 TIMEOUT_ENV = 'CHAINERMN_TIMEOUT'
+TUNE_ENV = 'CHAINERMN_TUNE'
 
 #: Every variable chainermn reads, by name.  Defaults of sizes live with the code that uses them
 #: (None here means "the code's default").
@@ -96,6 +97,8 @@ VARIABLES = collections.OrderedDict((v.name, v) for v in [
     _var(STALL_SECONDS_ENV, 'float', 60.0, 'seconds a call waits before the stall report (0: off)',
          minimum=0),
     _var(START_FRESH_ENV, 'flag', False, 'start from iteration 0 when no snapshot can be used'),
+    _var(TUNE_ENV, 'flag', True, 'choose chunk and bucket sizes, shared memory and the overlap mode '
+         'by timing the first updates (0: the defaults; each size\'s own variable pins it)'),
     _var(TIMEOUT_ENV, 'float', 1800.0, 'seconds a rank may block before the watchdog ends the job '
          '(0: off)', minimum=0),
 ])
