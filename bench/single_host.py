@@ -1,22 +1,23 @@
-"""One host, N ranks: our gradient average against the in-place chunked MPI floor and an older commit.
+"""One host, N ranks: our gradient average against the in-place chunked MPI floor and older commits.
 
 Usage (from the repo root):
     .venv/bin/python bench/single_host.py [-n 2] [--rounds 15] [--size full|tiny]
-        [--old 606ba57] [--models resnet50] [--out FILE.json]
+        [--old 606ba57[,COMMIT...]] [--models resnet50] [--out FILE.json]
 
-The older commit's ``chainermn_comm`` (default 606ba57, the code of 2026-11-23) is taken out of
-git with ``git archive`` into a temporary folder and renamed ``chainermn_comm_old`` (imports
-rewritten), so that one MPI job holds both and every round times, in a shuffled order that is
-the same on every rank:
+Each older commit's ``chainermn_comm`` (default 606ba57, the code of 2026-11-23) is taken out of
+git with ``git archive`` into a temporary folder and renamed ``chainermn_comm_<commit>`` (imports
+rewritten), so that one MPI job holds them all and every round times, in a shuffled order that
+is the same on every rank:
 
-- ``ours``: ``create_communicator('naive').multi_node_mean_grad(link)`` of the checkout;
-- ``old``: the same call of the older commit;
+- ``ours``: ``create_communicator('naive').multi_node_mean_grad(link)`` of the checkout, after
+  its tuner has finished its first schedule (those calls are timed apart: ``tuning``);
+- ``old_<commit>``: the same call of an older commit (called as often before the rounds);
 - ``floor``: the gradients packed once into one array, all-reduced in place in 4 MiB slices
   (``Allreduce(IN_PLACE)``), no averaging: what MPI alone needs for the bytes.
 
 Each contender's time is the slowest rank's.  Printed: medians and minima, the median of the
-per-round ratios ours/floor and old/floor, and ours/old; also the minor page faults and the
-CPU time per call (``resource.getrusage``, rank 0), which do not depend on the machine's load.
+per-round ratios to the floor and ours/old; also the minor page faults and the CPU time per
+call (``resource.getrusage``, rank 0), which depend less on the machine's load.
 """
 
 import argparse
@@ -36,15 +37,19 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 CHUNK = 4 * 1024 * 1024
-OLD_NAME = 'chainermn_comm_old'
+
+
+def old_name(commit):
+    return 'chainermn_comm_' + re.sub(r'\W', '_', commit)
 
 
 def extract_old(commit, dest):
-    """Write ``commit``'s chainermn_comm into ``dest``/chainermn_comm_old with imports renamed."""
+    """Write ``commit``'s chainermn_comm into ``dest``/chainermn_comm_<commit> with imports renamed."""
     src = 'packages/chainermn-comm/src/chainermn_comm'
     tar = subprocess.run(['git', '-C', ROOT, 'archive', commit, src], check=True, capture_output=True).stdout
     subprocess.run(['tar', '-x', '-C', dest], input=tar, check=True)
-    pkg = os.path.join(dest, OLD_NAME)
+    renamed = old_name(commit)
+    pkg = os.path.join(dest, renamed)
     shutil.move(os.path.join(dest, src), pkg)
     shutil.rmtree(os.path.join(dest, 'packages'))
     pattern = re.compile(r'\bchainermn_comm\b')
@@ -55,7 +60,7 @@ def extract_old(commit, dest):
                 with open(path) as f:
                     text = f.read()
                 with open(path, 'w') as f:
-                    f.write(pattern.sub(OLD_NAME, text))
+                    f.write(pattern.sub(renamed, text))
     return dest
 
 
@@ -81,11 +86,34 @@ def _worker(args):
     import chainermn_comm
     ours = chainermn_comm.create_communicator('naive')
     cont = {'floor': floor, 'ours': lambda: ours.multi_node_mean_grad(link)}
+    if args.variants:
+        # The same average without the agreement check (CHAINERMN_CHECK=0): what the check costs.
+        unchecked = chainermn_comm.create_communicator('naive')
+        unchecked._guard.check = False
+        cont['ours_unchecked'] = lambda: unchecked.multi_node_mean_grad(link)
     if args.old_path:
         sys.path.insert(0, args.old_path)
-        old_pkg = __import__(OLD_NAME)
-        old = old_pkg.create_communicator('naive')
-        cont['old'] = lambda: old.multi_node_mean_grad(link)
+        for commit in args.old.split(','):
+            old = __import__(old_name(commit)).create_communicator('naive')
+            cont['old_' + commit] = lambda c=old: c.multi_node_mean_grad(link)
+    # Ours tunes over its first calls: run them now, timed apart, and as many calls of the others.
+    tuning, t_tune = 0, 0.0
+    for n, fn in cont.items():
+        if n.startswith('ours_'):
+            fn()  # its first call decides its path and its tuner's axes
+    while tuning < 60:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        ours.multi_node_mean_grad(link)
+        t_tune += comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        tuning += 1
+        tuned = ours.__dict__.get('_tuned')
+        if tuned is None or tuned.tuning.tuner is None or not tuned.tuning.tuner.tuning:
+            break
+    for n, fn in cont.items():
+        for _ in range(tuning if n.startswith('old_') else 0):
+            fn()
+    tuner = ours.__dict__['_tuned'].tuning.tuner if ours.__dict__.get('_tuned') else None
     names = sorted(cont)
     times = {n: [] for n in names}
     faults = {n: [] for n in names}
@@ -107,7 +135,10 @@ def _worker(args):
                 cpu[n].append((u1.ru_utime + u1.ru_stime) - (u0.ru_utime + u0.ru_stime))
     if rank == 0:
         out = {'model': args.model, 'size': args.size, 'bytes': int(flat.nbytes), 'ranks': comm.Get_size(),
-               'times_s': times, 'minflt': faults, 'cpu_s': cpu}
+               'times_s': times, 'minflt': faults, 'cpu_s': cpu,
+               'tuning': {'calls': tuning, 'seconds': t_tune,
+                          'history': [] if tuner is None else [
+                              (c, f, {k: str(v) for k, v in ch.items()}) for c, f, ch in tuner.history]}}
         with open(args.out, 'w') as f:
             json.dump(out, f)
 
@@ -120,9 +151,10 @@ def summarize(data):
          'minflt_median': {n: statistics.median(v) for n, v in data['minflt'].items()},
          'cpu_median_s': {n: statistics.median(v) for n, v in data['cpu_s'].items()},
          'ratio_median': {}}
-    for a, b in (('ours', 'floor'), ('old', 'floor'), ('ours', 'old')):
-        if a in t and b in t:
-            s['ratio_median']['{}/{}'.format(a, b)] = statistics.median(x / y for x, y in zip(t[a], t[b]))
+    pairs = [(n, 'floor') for n in sorted(t) if n != 'floor'] + [('ours', n) for n in sorted(t)
+                                                                  if n.startswith('old_')]
+    for a, b in pairs:
+        s['ratio_median']['{}/{}'.format(a, b)] = statistics.median(x / y for x, y in zip(t[a], t[b]))
     return s
 
 
@@ -133,8 +165,10 @@ def main(argv=None):
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--size', choices=('tiny', 'full'), default='full')
     p.add_argument('--models', default='resnet50')
-    p.add_argument('--old', default='606ba57', help="older commit to compare with ('' for none)")
+    p.add_argument('--old', default='606ba57', help="older commits to compare with, comma-separated ('' for none)")
     p.add_argument('--out', default=None, help='write every figure to this JSON file')
+    p.add_argument('--variants', action='store_true',
+                   help='also time ours without the agreement check (ours_unchecked)')
     p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--model', default='resnet50', help=argparse.SUPPRESS)
     p.add_argument('--old-path', default='', help=argparse.SUPPRESS)
@@ -149,13 +183,16 @@ def main(argv=None):
     result = {'meta': {'command': ' '.join(sys.argv), 'ranks': args.n, 'old': args.old,
                        'loadavg_before': os.getloadavg(), 'cpu_count': os.cpu_count()}, 'models': {}}
     try:
-        old_path = extract_old(args.old, tmp) if args.old else ''
+        old_path = ''
+        for commit in filter(None, args.old.split(',')):
+            old_path = extract_old(commit, tmp)
         for model in args.models.split(','):
             out = os.path.join(tmp, 'w.json')
             env = dict(os.environ, OPENBLAS_NUM_THREADS='1', OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
             cmd = [mpiexec, '-n', str(args.n), py, os.path.abspath(__file__), '--worker', '--model', model,
                    '--size', args.size, '--rounds', str(args.rounds), '--warmup', str(args.warmup),
-                   '--old-path', old_path, '--out', out]
+                   '--old', args.old, '--old-path', old_path, '--out', out] + (
+                       ['--variants'] if args.variants else [])
             subprocess.run(cmd, check=True, cwd=ROOT, env=env, timeout=3600)
             with open(out) as f:
                 data = json.load(f)
@@ -164,14 +201,17 @@ def main(argv=None):
             s = data['summary']
             print('== {} ({:.4g} MB), {} ranks on one host, {} rounds (slowest rank per call)'.format(
                 model, data['bytes'] / 1e6, args.n, args.rounds))
-            print('  {:<6s} {:>10s} {:>9s} {:>12s} {:>10s}'.format('', 'median ms', 'min ms', 'minflt/call',
-                                                                  'cpu ms'))
+            print('  {:<16s} {:>10s} {:>9s} {:>12s} {:>10s}'.format('', 'median ms', 'min ms', 'minflt/call',
+                                                                    'cpu ms'))
             for n in sorted(s['median_s']):
-                print('  {:<6s} {:>10.1f} {:>9.1f} {:>12.0f} {:>10.1f}'.format(
+                print('  {:<16s} {:>10.1f} {:>9.1f} {:>12.0f} {:>10.1f}'.format(
                     n, s['median_s'][n] * 1e3, s['min_s'][n] * 1e3, s['minflt_median'][n],
                     s['cpu_median_s'][n] * 1e3))
             for k, v in s['ratio_median'].items():
-                print('  median of per-round {:<12s} {:.3f}'.format(k, v))
+                print('  median of per-round {:<24s} {:.3f}'.format(k, v))
+            tn = data['tuning']
+            print('  ours tuned over its first {} calls ({:.0f} ms in all): {}'.format(
+                tn['calls'], tn['seconds'] * 1e3, tn['history'][-1][2] if tn['history'] else 'nothing to tune'))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     result['meta']['loadavg_after'] = os.getloadavg()

@@ -68,7 +68,12 @@ def label(value):
         return 'on' if value else 'off'
     if isinstance(value, int) and value >= 1024:
         return '{:g}KiB'.format(value / 1024) if value < 1 << 20 else '{:g}MiB'.format(value / (1 << 20))
-    return getattr(value, 'name', None) or str(value)
+    if isinstance(value, str):
+        return value
+    try:
+        return numpy.dtype(value).name
+    except TypeError:
+        return str(value)
 
 
 def _trace(args):
