@@ -11,7 +11,9 @@ kernels (``_layout.DEVICE_CODECS``).  Exits 1 if any fails to compile.
 
 import argparse
 import ctypes
+import glob
 import itertools
+import os
 import sys
 
 import numpy
@@ -23,6 +25,11 @@ class _CtypesNvrtc:
     """The few NVRTC calls this check needs, through ctypes (no CuPy)."""
 
     def __init__(self, path):
+        # NVRTC opens libnvrtc-builtins by name: load the one beside it first (no LD_LIBRARY_PATH).
+        folder = os.path.dirname(os.path.abspath(path))
+        for builtins in sorted(glob.glob(os.path.join(folder, 'libnvrtc-builtins.so*'))):
+            if '.alt.' not in builtins:
+                ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
         self.lib = ctypes.CDLL(path)
 
     def _ok(self, status, what):
