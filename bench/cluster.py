@@ -48,7 +48,9 @@ LABELS = {OURS: 'ours float32', OURS_FP16: 'ours float16', OURS_BF16: 'ours bflo
           FLOOR: 'packed MPI floor (4 MiB chunks)', PEER: 'peer (Chainer 7.8.1 naive)',
           GLOO[0]: 'gloo flat', GLOO[1]: 'gloo 25 MB buckets',
           'peerjob_' + FLOOR: 'packed MPI floor, peer job'}
-ITER_MODES = 'plain,overlap,compute,allreduce,plain_fp16,overlap_fp16,allreduce_fp16'
+ITER_MODES = 'plain,overlap,compute,allreduce,plain_fp16,overlap_fp16,allreduce_fp16,plain_auto,overlap_auto'
+#: The iteration modes that average (exposed communication = their time - compute only).
+ITER_AVERAGING = ('plain', 'overlap', 'plain_fp16', 'overlap_fp16', 'plain_auto', 'overlap_auto')
 ITER_PEER_MODES = 'peer_plain,peer_allreduce,compute'
 #: x position of the unthrottled link on the plot (Gbit/s axis).
 UNTHROTTLED_X = 100.0
@@ -162,7 +164,8 @@ def _iteration_entry(it, nodes, k, gbit):
          'batch': ours['batch'], 'input_shape': ours['input_shape'], 'overlap_mode': ours.get('overlap_mode'),
          'ours': ours, 'peer': peer}
     comp = med['compute']
-    e['exposed_s'] = {m: med[m] - comp for m in ('plain', 'overlap', 'plain_fp16', 'overlap_fp16')}
+    e['exposed_s'] = {m: med[m] - comp for m in ITER_AVERAGING if m in med}
+    e['tuning'] = ours.get('tuning', {})
     e['exposed_s']['peer_plain'] = peer['median_s']['peer_plain'] - peer['median_s']['compute']
     e['exposed_over_allreduce_alone'] = {
         'overlap': e['exposed_s']['overlap'] / med['allreduce'],
@@ -170,9 +173,11 @@ def _iteration_entry(it, nodes, k, gbit):
         'plain': e['exposed_s']['plain'] / med['allreduce']}
     e['overlap_over_plain'] = med['overlap'] / med['plain']
     e['overlap_fp16_over_plain'] = med['overlap_fp16'] / med['plain']
-    best = min(med['overlap'], med['overlap_fp16'], med['plain'], med['plain_fp16'])
-    e['speedup_over_peer'] = {m: peer['median_s']['peer_plain'] / med[m]
-                              for m in ('plain', 'overlap', 'plain_fp16', 'overlap_fp16')}
+    fixed = [med[m] for m in ('overlap', 'overlap_fp16', 'plain', 'plain_fp16') if m in med]
+    best = min(fixed + [med[m] for m in ('plain_auto', 'overlap_auto') if m in med])
+    if 'overlap_auto' in med:
+        e['overlap_auto_over_best_fixed'] = med['overlap_auto'] / min(fixed)
+    e['speedup_over_peer'] = {m: peer['median_s']['peer_plain'] / med[m] for m in ITER_AVERAGING if m in med}
     e['speedup_over_peer']['best'] = peer['median_s']['peer_plain'] / best
     return e
 
@@ -228,6 +233,7 @@ def _targets(rows, iters):
             t[pre + ' exposed overlap/average alone (<= 0.30)'] = x['overlap']
             t[pre + ' exposed overlap fp16/fp16 average alone (<= 0.30)'] = x['overlap_fp16']
             t[pre + ' overlap/plain (<= 1)'] = it['overlap_over_plain']
+            t[pre + ' overlap auto/best fixed (<= 1.05)'] = it.get('overlap_auto_over_best_fixed')
             t[pre + ' speedup over peer, best of ours'] = it['speedup_over_peer']['best']
     return t
 
@@ -274,9 +280,13 @@ def format_table(result):
         lines.append('  compute {}  average alone {} (float16 {})  peer compute {}  peer average alone {}'.format(
             _fmt_ms(o['compute']), _fmt_ms(o['allreduce']), _fmt_ms(o['allreduce_fp16']),
             _fmt_ms(p['compute']), _fmt_ms(p['peer_allreduce'])))
-        for m in ('plain', 'overlap', 'plain_fp16', 'overlap_fp16'):
+        for m in ITER_AVERAGING:
+            if m not in o:
+                continue
             lines.append('  {:<14s} iteration {:>8s}  exposed {:>8s}  speedup over peer {}'.format(
                 m, _fmt_ms(o[m]), _fmt_ms(it['exposed_s'][m]), _fmt_x(it['speedup_over_peer'][m])))
+        for m, tn in sorted(it.get('tuning', {}).items()):
+            lines.append('  tuning of {}: {} iterations, {:.0f} ms'.format(m, tn['calls'], tn['seconds'] * 1e3))
         lines.append('  {:<14s} iteration {:>8s}  exposed {:>8s}'.format(
             'peer', _fmt_ms(p['peer_plain']), _fmt_ms(it['exposed_s']['peer_plain'])))
     lines.append('== targets (measured ratio)')

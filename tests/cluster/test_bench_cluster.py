@@ -22,7 +22,8 @@ TUNED = ['ours_naive_multi_node_mean_grad', 'ours_naive_fp16_multi_node_mean_gra
          'ours_naive_bf16_multi_node_mean_grad', 'ours_naive_auto_multi_node_mean_grad']
 PEER = ['peer_chainer781_naive_mean_grad', 'peerjob_floor_packed_chunked']
 GLOO = ['gloo_flat_allreduce', 'gloo_ddp_buckets25MB_allreduce']
-ITER_OURS = ['plain', 'overlap', 'compute', 'allreduce', 'plain_fp16', 'overlap_fp16', 'allreduce_fp16']
+ITER_OURS = ['plain', 'overlap', 'compute', 'allreduce', 'plain_fp16', 'overlap_fp16', 'allreduce_fp16',
+             'plain_auto', 'overlap_auto']
 ITER_PEER = ['peer_plain', 'peer_allreduce', 'compute']
 
 

@@ -123,6 +123,11 @@ class ChunkedReducer:
             self._ops[key] = op
         return op
 
+    def release_unused(self):
+        """Drop the buffers of chunk sizes other than the current one (the tuner tried them)."""
+        for key in [k for k in self._ops if k[3] != self.chunk_bytes]:
+            del self._ops[key]
+
     def mean(self, arrays, dtype=None):
         """Average the C-contiguous host ``arrays`` over all ranks, in place.
 

@@ -154,6 +154,11 @@ class NodeReducer:
             src, dst = groups[red_dtype]
             self._mean_group(red_dtype, src, dst)
 
+    def release_unused(self):
+        """Drop what only other chunk sizes use: MPI buffers and shared-memory plans (after tuning)."""
+        self.chunked.release_unused()
+        self._plans = {k: v for k, v in self._plans.items() if k[2] == self.chunk_bytes}
+
     def free(self):
         """Release the shared window and the node communicators (collective)."""
         state, self._state = self._state, None

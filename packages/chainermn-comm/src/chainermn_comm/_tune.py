@@ -13,7 +13,9 @@ the collectives of each call match.  Every configuration averages correctly, so 
 tune are real updates.
 
 The schedule runs again at call ``RECHECK_FIRST`` and then every ``RECHECK_EVERY`` calls, so a
-link that became faster or slower (another job sharing it) is followed.  The first decision is
+link that became faster or slower (another job sharing it) is followed.  Each set of gradients
+(their count and size) that the plain path averages has its own schedule (another model tunes
+anew, with a warm-up, from the choice so far).  The first decision is
 logged on rank 0 (``chainermn.tune``), later ones only when the choice changed; with tracing on
 (``chainermn_comm.trace``) each decision is also a trace event.
 
@@ -58,6 +60,8 @@ MARGIN = 0.03
 #: The call at which the schedule first runs again, and the period after that.
 RECHECK_FIRST = 1000
 RECHECK_EVERY = 10000
+#: Sets of gradients whose schedules the plain path keeps (the oldest is forgotten).
+_SETS = 4
 
 
 def label(value):
@@ -284,12 +288,14 @@ class CallTuning:
     path.  Use :meth:`begin` (returns the call's configuration) and :meth:`end` around each call.
     """
 
-    def __init__(self, mpi_comm, what, axes_fn, initial):
+    def __init__(self, mpi_comm, what, axes_fn, initial, on_decided=None):
         self.mpi_comm = mpi_comm
         self.what = what
         self._axes_fn = axes_fn
         self.initial = dict(initial)
         self.tuner = None
+        #: Called after each schedule (e.g. to free the buffers of the values not chosen).
+        self.on_decided = on_decided
 
     @property
     def choice(self):
@@ -313,7 +319,10 @@ class CallTuning:
             self.tuner = Tuner(self.mpi_comm, self.what, self._axes_fn(), self.initial)
             self.tuner.record(0.0)
             return
+        was = self.tuner.tuning
         self.tuner.record()
+        if was and not self.tuner.tuning and self.on_decided is not None:
+            self.on_decided()
 
 
 def wire_axes():
@@ -327,11 +336,17 @@ class TunedMean:
     def __init__(self, reducer, grad_dtype, what='multi_node_mean_grad'):
         self.reducer = reducer
         self.grad_dtype = grad_dtype
-        auto = is_auto(grad_dtype)
-        self._active = reducer.mpi_comm.Get_size() > 1 and (auto or knobs_tunable())
-        self.tuning = CallTuning(reducer.mpi_comm, what,
-                                 lambda: reducer_axes(reducer, grad_dtype, knobs_tunable()),
-                                 {'dtype': None if auto else grad_dtype})
+        self.what = what
+        self._active = reducer.mpi_comm.Get_size() > 1 and (is_auto(grad_dtype) or knobs_tunable())
+        self.tuning = self._new_tuning({'dtype': None if is_auto(grad_dtype) else grad_dtype})
+        #: One schedule per set of gradients, by (arrays, elements): another model tunes anew.
+        self._by_sizes = {}
+
+    def _new_tuning(self, initial):
+        reducer, grad_dtype = self.reducer, self.grad_dtype
+        return CallTuning(reducer.mpi_comm, self.what,
+                          lambda: reducer_axes(reducer, grad_dtype, knobs_tunable()), initial,
+                          reducer.release_unused)
 
     @property
     def dtype(self):
@@ -345,6 +360,17 @@ class TunedMean:
         if not self._active:
             self.reducer.mean(arrays, dtype=self.dtype)
             return
+        sizes = (len(arrays), sum(a.size for a in arrays))
+        tuning = self._by_sizes.get(sizes)
+        if tuning is None:
+            if self._by_sizes:  # another set of gradients: its own schedule, from the choice so far
+                tuning = self._new_tuning(self.tuning.choice)
+                if len(self._by_sizes) >= _SETS:
+                    self._by_sizes.pop(next(iter(self._by_sizes)))
+            else:
+                tuning = self.tuning
+            self._by_sizes[sizes] = tuning
+        self.tuning = tuning
         dtype = apply_reducer_config(self.reducer, self.tuning.begin())
         self.reducer.mean(arrays, dtype=dtype)
         self.tuning.end()

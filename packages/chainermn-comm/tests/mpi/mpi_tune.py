@@ -170,3 +170,17 @@ def test_grad_dtype_arguments():
     assert chainermn_comm.create_communicator('naive', allreduce_grad_dtype='AUTO').allreduce_grad_dtype == 'auto'
     with pytest.raises(ValueError, match="'bfloat16'.*'auto'"):
         chainermn_comm.create_communicator('naive', allreduce_grad_dtype='bf16')
+
+
+def test_each_set_of_gradients_has_its_own_schedule(monkeypatch):
+    monkeypatch.setenv('CHAINERMN_SHM_REDUCE', '0')
+    comm = chainermn_comm.create_communicator('naive')
+    small, big = _link(comm.rank, ((40, 30),)), _link(comm.rank, ((300, 200), (7,)))
+    for call in range(16):
+        comm.multi_node_mean_grad(small if call % 2 else big)
+    if comm.size == 1:
+        return
+    tunings = comm._tuned._by_sizes
+    assert sorted(tunings) == [(1, 1200), (2, 60007)]
+    for sizes, tuning in tunings.items():
+        assert tuning.tuner.calls == 8 and tuning.tuner.history, sizes

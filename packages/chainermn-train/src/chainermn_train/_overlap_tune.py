@@ -70,4 +70,7 @@ class OverlapTuning:
                                       self._axes(), initial)
             self.tuner.record(0.0)
             return
+        was = self.tuner.tuning
         self.tuner.record()
+        if was and not self.tuner.tuning:
+            self.overlap._reducer.release_unused()  # the buffers of chunk sizes not chosen
