@@ -4,10 +4,12 @@ A :class:`Tuner` runs a fixed schedule over the first calls of a gradient averag
 warm-up (buffers, shared memory, page faults) with the defaults.  Then, one *axis* at a time
 (the wire format when ``allreduce_grad_dtype='auto'``, shared memory on or off, the shared-memory
 chunk, the MPI chunk; the overlap path adds its mode and bucket size), every value of the axis
-is timed on ``SAMPLES`` calls, in interleaved rounds, the others held at their current choice.
-After an axis, one ``Allreduce(MAX)`` of the local times gives every rank the slowest rank's
-times; each value scores the best of its samples, and a challenger replaces the current value
-only when it is more than ``MARGIN`` faster.  Every rank follows the same schedule and computes
+is timed in up to ``SAMPLES`` rounds of one call each (later rounds in reverse order), the other
+axes held at their current choice.  After each round one ``Allreduce(MAX)`` of the local times
+gives every rank the slowest rank's times; a value more than ``DROP`` times slower than the
+fastest is not timed again (a float16 wire on a fast link costs one update, not two).  Each value
+scores the best of its samples, and a challenger replaces the current value only when it is more
+than ``MARGIN`` faster.  Every rank follows the same schedule and computes
 the same choice from the same numbers, so the ranks never disagree on a configuration, and
 the collectives of each call match.  Every configuration averages correctly, so the calls that
 tune are real updates.
@@ -48,13 +50,15 @@ from chainermn_comm._errors import CommunicationError
 from chainermn_comm.protocol import SHM_REDUCE_ENV, TUNE_ENV
 
 __all__ = ['Tuner', 'CallTuning', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config', 'knobs_tunable', 'is_auto',
-           'AUTO', 'WIRE_CHOICES', 'label', 'SAMPLES', 'MARGIN', 'RECHECK_FIRST', 'RECHECK_EVERY']
+           'AUTO', 'WIRE_CHOICES', 'label', 'SAMPLES', 'DROP', 'MARGIN', 'RECHECK_FIRST', 'RECHECK_EVERY']
 
 AUTO = 'auto'
 #: The wire formats ``'auto'`` chooses from: the gradients' own dtype (exact), float16, bfloat16.
 WIRE_CHOICES = (None, numpy.dtype(numpy.float16), _codecs.BFLOAT16_NAME)
 #: Calls timed per value of an axis.
 SAMPLES = 2
+#: A value this many times slower than the fastest after a round is not timed again.
+DROP = 1.25
 #: A challenger must be this much faster than the current value to replace it.
 MARGIN = 0.03
 #: The call at which the schedule first runs again, and the period after that.
@@ -122,6 +126,7 @@ class Tuner:
         self._values = ()
         self._queue = []
         self._times = None
+        self._round = 0
         self._trying = None
         self._figures = {}
         self._t0 = None
@@ -150,8 +155,7 @@ class Tuner:
             i = self._queue.pop(0)
             self._times[i].append(seconds)
             if not self._queue:
-                self._decide()
-                self._next_axis()
+                self._round_done()
         elif self._axis < 0 and self.calls == self._next_run:
             self._figures = {}
             self._axis = -1
@@ -171,9 +175,8 @@ class Tuner:
                 continue
             self._values = values
             self._times = [[] for _ in values]
-            order = list(range(len(values)))
-            # Rounds alternate direction, so no value always follows the same other value.
-            self._queue = [i for r in range(SAMPLES) for i in (order if r % 2 == 0 else order[::-1])]
+            self._round = 0
+            self._queue = list(range(len(values)))
             return
 
     def _agree(self, name, values):
@@ -189,11 +192,25 @@ class Tuner:
                 'every rank'.format(self.mpi_comm.Get_rank(), name, self.what,
                                     ', '.join(label(v) for v in values)))
 
-    def _decide(self):
+    def _round_done(self):
+        """Agree on the times so far; queue the next round of the values still in the race, or decide."""
         from mpi4py import MPI
-        t = numpy.array(self._times, dtype=numpy.float64)
+        t = numpy.full((len(self._values), SAMPLES), numpy.inf)
+        for i, times in enumerate(self._times):
+            t[i, :len(times)] = times
         self.mpi_comm.Allreduce(MPI.IN_PLACE, t, MPI.MAX)  # the slowest rank's time of each call
         best = t.min(axis=1)
+        self._round += 1
+        if self._round < SAMPLES:
+            race = [i for i in range(len(best)) if best[i] <= DROP * best.min()]
+            if len(race) > 1:
+                # Rounds alternate direction, so no value always follows the same other value.
+                self._queue = race if self._round % 2 == 0 else race[::-1]
+                return
+        self._decide(best)
+        self._next_axis()
+
+    def _decide(self, best):
         name = self.axes[self._axis][0]
         current = 0
         pick = int(numpy.argmin(best))
@@ -217,7 +234,7 @@ class Tuner:
         if self.mpi_comm.Get_rank() == 0 and (previous is None or changed):
             from chainermn_comm.log import get_logger
             get_logger('tune').info(
-                '%s tuned at call %d: %s; ms per value (slowest rank, best of %d calls): %s; '
+                '%s tuned at call %d: %s; ms per value (slowest rank, best of up to %d calls): %s; '
                 'next check at call %d', self.what, self.calls,
                 ', '.join('{}={}'.format(k, label(v)) for k, v in sorted(self.choice.items())),
                 SAMPLES, figures, self._next_run)
