@@ -193,9 +193,9 @@ def _precision(comm, link, comms, cont):
         cont[name]()
         num = sum(float(((p.grad - e) ** 2).sum()) for p, e in zip(grads, exact))
         den = sum(float((e ** 2).sum()) for e in exact)
-        out[name] = {'rel_error_2norm': (num / den) ** 0.5 if den else 0.0,
-                     'wire': _label(WIRES.get(name, comms[name].__dict__['_tuned'].dtype
-                                              if name in comms and comms[name].__dict__.get('_tuned') else None))}
+        tuned = comms[name].__dict__.get('_tuned') if name in comms else None
+        wire = WIRES[name] if name in WIRES else tuned.dtype if tuned is not None else None
+        out[name] = {'rel_error_2norm': (num / den) ** 0.5 if den else 0.0, 'wire': _label(wire)}
     return out
 
 

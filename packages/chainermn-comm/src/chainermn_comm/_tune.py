@@ -49,13 +49,14 @@ from chainermn_comm import settings
 from chainermn_comm._errors import CommunicationError
 from chainermn_comm.protocol import SHM_REDUCE_ENV, TUNE_ENV
 
-__all__ = ['Tuner', 'CallTuning', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config', 'knobs_tunable', 'is_auto',
-           'AUTO', 'WIRE_CHOICES', 'label', 'SAMPLES', 'DROP', 'MARGIN', 'RECHECK_FIRST', 'RECHECK_EVERY']
+__all__ = ['Tuner', 'CallTuning', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config',
+           'knobs_tunable', 'is_auto', 'AUTO', 'WIRE_CHOICES', 'label', 'SAMPLES', 'DROP', 'MARGIN',
+           'RECHECK_FIRST', 'RECHECK_EVERY']
 
 AUTO = 'auto'
 #: The wire formats ``'auto'`` chooses from: the gradients' own dtype (exact), float16, bfloat16.
 WIRE_CHOICES = (None, numpy.dtype(numpy.float16), _codecs.BFLOAT16_NAME)
-#: Calls timed per value of an axis.
+#: Calls timed per value of an axis, at most (one per round).
 SAMPLES = 2
 #: A value this many times slower than the fastest after a round is not timed again.
 DROP = 1.25
