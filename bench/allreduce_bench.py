@@ -1,7 +1,11 @@
 """Gradient all-reduce benchmark; run on every rank under mpiexec (bench/run.sh drives it).
 
 Modes:
-  default  our communicators (chainermn_comm) next to the floors and references, interleaved;
+  default  our communicators (chainermn_comm) next to the floors and references, interleaved:
+           float32, float16, bfloat16 and 'auto' with their knobs tuned (the default), and the
+           three wires with every knob at its default (ours_fixed_*).  Contenders that tune
+           first run their schedule (timed apart: 'tuning'), so the rounds time what they chose;
+           after the rounds, each lossy wire's error against the float64 mean ('precision');
   --peer   Chainer 7.8.1's bundled ``chainermn`` (naive) with this job's own floor and per-array
            contenders.  Start it with ``python -S``: the venv's site-packages is then added
            without its .pth files, so our editable packages are not importable and
@@ -32,6 +36,13 @@ from report import OURS_MPI_ONLY  # noqa: E402
 
 CHUNK = 4 * 1024 * 1024
 OURS_FP16 = 'ours_naive_fp16_multi_node_mean_grad'
+OURS_BF16 = 'ours_naive_bf16_multi_node_mean_grad'
+OURS_AUTO = 'ours_naive_auto_multi_node_mean_grad'
+#: Ours with every knob at its default (CHAINERMN_TUNE=0), one per wire: the fixed configurations.
+FIXED = {'ours_fixed_float32': None, 'ours_fixed_float16': numpy.float16, 'ours_fixed_bfloat16': 'bfloat16'}
+#: The wire each of our contenders uses (for the precision check).
+WIRES = {OURS_FP16: numpy.float16, OURS_BF16: 'bfloat16', 'ours_fixed_float16': numpy.float16,
+         'ours_fixed_bfloat16': 'bfloat16'}
 
 
 def _timeit(comm, fn, settle=0.0):
@@ -82,9 +93,11 @@ def _floor_contenders(comm, link):
             'memcopy_once': memcopy}
 
 
-def _our_contenders(link, keep=lambda name: True):
+def _our_contenders(link, keep=lambda name: True, comms=None):
+    """Return our contenders by name; ``comms`` (a dict) receives the communicator of each."""
     import chainermn_comm
     out = {}
+    comms = {} if comms is None else comms
     for name in chainermn_comm.COMMUNICATOR_NAMES:
         if not keep('ours_{}_multi_node_mean_grad'.format(name)):
             continue
@@ -92,11 +105,23 @@ def _our_contenders(link, keep=lambda name: True):
             comm = chainermn_comm.create_communicator(name)
         except Exception:  # needs a GPU / NCCL: not runnable here
             continue
+        comms['ours_{}_multi_node_mean_grad'.format(name)] = comm
         out['ours_{}_multi_node_mean_grad'.format(name)] = (
             lambda c=comm: c.multi_node_mean_grad(link, zero_fill=True))
-    if keep(OURS_FP16):
-        half = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=numpy.float16)
-        out[OURS_FP16] = lambda c=half: c.multi_node_mean_grad(link, zero_fill=True)
+    for key, wire in ((OURS_FP16, numpy.float16), (OURS_BF16, 'bfloat16'), (OURS_AUTO, 'auto')):
+        if keep(key):
+            comm = comms[key] = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=wire)
+            out[key] = lambda c=comm: c.multi_node_mean_grad(link, zero_fill=True)
+    for key, wire in FIXED.items():
+        if keep(key):
+            # The knobs are decided after the first call: make it while CHAINERMN_TUNE=0 is set.
+            os.environ['CHAINERMN_TUNE'] = '0'
+            try:
+                comm = comms[key] = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=wire)
+                comm.multi_node_mean_grad(link, zero_fill=True)
+            finally:
+                del os.environ['CHAINERMN_TUNE']
+            out[key] = lambda c=comm: c.multi_node_mean_grad(link, zero_fill=True)
     if not keep(OURS_MPI_ONLY):
         return out
     # The same communicator with the node-shared-memory path switched off (MPI messages only).
@@ -104,11 +129,73 @@ def _our_contenders(link, keep=lambda name: True):
     from chainermn_comm import _shm_reduce
     os.environ[_shm_reduce.SHM_ENV] = '0'
     try:
-        mpi_only = chainermn_comm.create_communicator('naive')
+        mpi_only = comms[OURS_MPI_ONLY] = chainermn_comm.create_communicator('naive')
         mpi_only.multi_node_mean_grad(link, zero_fill=True)
     finally:
         del os.environ[_shm_reduce.SHM_ENV]
     out[OURS_MPI_ONLY] = lambda c=mpi_only: c.multi_node_mean_grad(link, zero_fill=True)
+    return out
+
+
+def _tuner_of(comm):
+    """Return the Tuner of ``comm``'s plain gradient average (None before its first call)."""
+    tuned = comm.__dict__.get('_tuned')
+    return None if tuned is None else tuned.tuning.tuner
+
+
+def _pretune(comm, cont, comms, settle):
+    """Run every tuning contender until its first schedule is done; return its calls and times.
+
+    The schedule's calls are real averages, timed here (slowest rank) so that their cost can be
+    compared with the steady time afterwards; the rounds then time the tuned configuration.
+    """
+    out = {}
+    for name in sorted(comms):
+        if name not in cont:
+            continue
+        times = []
+        while len(times) < 100:
+            tuner = _tuner_of(comms[name])
+            if tuner is not None and not tuner.tuning:
+                break
+            times.append(_timeit(comm, cont[name], settle))
+        tuner = _tuner_of(comms[name])
+        if tuner is not None and times:
+            out[name] = {'calls': len(times), 'times_s': times, 'seconds': sum(times),
+                         'choice': {k: _label(v) for k, v in tuner.choice.items()},
+                         'figures_s': tuner.history[-1][1] if tuner.history else {}}
+    return out
+
+
+def _label(value):
+    from chainermn_comm import _tune
+    return _tune.label(value)
+
+
+def _precision(comm, link, comms, cont):
+    """Return, per lossy contender, the normwise relative error of one average against float64.
+
+    Every rank sets its gradients to seeded values, averages them once with the contender, and
+    compares with the exact mean (an all-reduce in float64).
+    """
+    grads = [p for _, p in sorted(link.namedparams())]
+    rng = numpy.random.RandomState(77 + comm.Get_rank())
+    mine = [rng.standard_normal(p.grad.shape).astype(numpy.float32) for p in grads]
+    exact = []
+    for g in mine:
+        e = g.astype(numpy.float64)
+        comm.Allreduce(MPI.IN_PLACE, e, MPI.SUM)
+        exact.append(e / comm.Get_size())
+    out = {}
+    for name in sorted(n for n in cont if n in WIRES or n == OURS_AUTO):
+        for p, g in zip(grads, mine):
+            p.grad[...] = g
+        cont[name]()
+        num = sum(float(((p.grad - e) ** 2).sum()) for p, e in zip(grads, exact))
+        den = sum(float((e ** 2).sum()) for e in exact)
+        tuned = comms[name].__dict__.get('_tuned') if name in comms else None
+        wire = WIRES[name] if name in WIRES else tuned.dtype if tuned is not None else None
+        out[name] = {'rel_error_2norm': (num / den) ** 0.5 if den else 0.0, 'wire': _label(wire)}
     return out
 
 
@@ -154,10 +241,12 @@ def run(args):
             cont.update(peer)
             result['meta']['peer_module'] = where
         else:
-            cont.update(_our_contenders(link, keep))
+            comms = {}
+            cont.update(_our_contenders(link, keep, comms))
             if args.gloo and gloo.available():
                 cont.update(gloo.contenders(comm, sum(int(numpy.prod(s)) for _, s in shapes)))
         cont = {n: fn for n, fn in cont.items() if keep(n)}
+        tuning = {} if args.peer else _pretune(comm, cont, comms, args.settle)
         names = sorted(cont)
         times = {n: [] for n in names}
         for r in range(args.warmup + args.rounds):
@@ -168,7 +257,8 @@ def run(args):
                 if r >= args.warmup:
                     times[n].append(dt)
         entry = {'bytes': nbytes, 'arrays': len(shapes),
-                 'params': sum(int(numpy.prod(s)) for _, s in shapes), 'contenders': {}}
+                 'params': sum(int(numpy.prod(s)) for _, s in shapes), 'contenders': {}, 'tuning': tuning,
+                 'precision': {} if args.peer else _precision(comm, link, comms, cont)}
         for n in names:
             med = statistics.median(times[n])
             mn = min(times[n])

@@ -6,8 +6,10 @@ Usage (as root, from the repo root):
 
 For every link rate a cluster of namespaces is built (``chainermn.cluster.Cluster``); on it, for
 every layout NODESxRANKS, ``bench/allreduce_bench.py`` runs our contenders interleaved over rounds
-(ours float32, ours float16, per-array MPI ``Allreduce``, the packed MPI floor in 4 MiB chunks, and
-PyTorch gloo flat and in DDP's 25 MB buckets when ``torch`` is importable), then the peer
+(ours float32, float16, bfloat16 and ``auto`` with their knobs tuned, the three wires with fixed
+default knobs, per-array MPI ``Allreduce``, the packed MPI floor in 4 MiB chunks, and PyTorch
+gloo flat and in DDP's 25 MB buckets when ``torch`` is importable; contenders that tune run
+their schedule first, timed apart, and its cost is reported in updates), then the peer
 (Chainer 7.8.1's bundled ``naive``) in its own job next to that job's own floor.  The link bound
 is 2(N-1)/N x S / rate (N nodes, S gradient bytes; half of it in float16).  Then
 ``bench/iteration.py`` runs whole iterations of ResNet-50 (plain, ``overlap=True``, float16,
@@ -33,15 +35,22 @@ __all__ = ['link_bound', 'main']
 
 OURS = report.OURS
 OURS_FP16 = 'ours_naive_fp16_multi_node_mean_grad'
+OURS_BF16 = 'ours_naive_bf16_multi_node_mean_grad'
+OURS_AUTO = 'ours_naive_auto_multi_node_mean_grad'
+FIXED = ('ours_fixed_float32', 'ours_fixed_float16', 'ours_fixed_bfloat16')
 PEER = report.PEER
 FLOOR = 'floor_packed_chunked'
 PER_ARRAY = 'per_array_allreduce'
 GLOO = ('gloo_flat_allreduce', 'gloo_ddp_buckets25MB_allreduce')
-LABELS = {OURS: 'ours float32', OURS_FP16: 'ours float16', PER_ARRAY: 'per-array MPI Allreduce',
+LABELS = {OURS: 'ours float32', OURS_FP16: 'ours float16', OURS_BF16: 'ours bfloat16', OURS_AUTO: 'ours auto',
+          FIXED[0]: 'ours float32, fixed knobs', FIXED[1]: 'ours float16, fixed knobs',
+          FIXED[2]: 'ours bfloat16, fixed knobs', PER_ARRAY: 'per-array MPI Allreduce',
           FLOOR: 'packed MPI floor (4 MiB chunks)', PEER: 'peer (Chainer 7.8.1 naive)',
           GLOO[0]: 'gloo flat', GLOO[1]: 'gloo 25 MB buckets',
           'peerjob_' + FLOOR: 'packed MPI floor, peer job'}
-ITER_MODES = 'plain,overlap,compute,allreduce,plain_fp16,overlap_fp16,allreduce_fp16'
+ITER_MODES = 'plain,overlap,compute,allreduce,plain_fp16,overlap_fp16,allreduce_fp16,plain_auto,overlap_auto'
+#: The iteration modes that average (exposed communication = their time - compute only).
+ITER_AVERAGING = ('plain', 'overlap', 'plain_fp16', 'overlap_fp16', 'plain_auto', 'overlap_auto')
 ITER_PEER_MODES = 'peer_plain,peer_allreduce,compute'
 #: x position of the unthrottled link on the plot (Gbit/s axis).
 UNTHROTTLED_X = 100.0
@@ -91,7 +100,7 @@ def _allreduce_jobs(cluster, nodes, k, args, work):
               # Every contender starts on a full token bucket (three times its refill time).
               '--settle', repr(3 * BURST_SECONDS)]
     ours_out = os.path.join(work, 'ours.json')
-    only = [OURS, OURS_FP16, PER_ARRAY, FLOOR] + list(GLOO)
+    only = [OURS, OURS_FP16, OURS_BF16, OURS_AUTO, PER_ARRAY, FLOOR] + list(FIXED) + list(GLOO)
     _job(cluster, [os.path.join(HERE, 'allreduce_bench.py')] + common
          + ['--only', ','.join(only), '--gloo', '--out', ours_out], k, args.timeout, 'all-reduce ' + tag)
     peer_out = os.path.join(work, 'peer.json')
@@ -130,12 +139,21 @@ def _entry(model_result, nodes, k, gbit):
                'ratio_to_bound': med / bound if bound else None,
                'ratio_to_peer': med / peer if peer else None,
                'speedup_over_peer': peer / med if peer else None}
-        if name == OURS_FP16:
+        if name in (OURS_FP16, OURS_BF16, FIXED[1], FIXED[2]):
             row['ratio_to_fp16_bound'] = med / bound16 if bound16 else None
         rows[name] = row
+    tuning = {}
+    for name, t in model_result.get('tuning', {}).items():
+        steady = rows.get(name, {}).get('median_s')
+        # Call 1 sets up buffers and shared memory whatever the configuration: not a tuning cost.
+        extra = sum(t['times_s'][1:]) - (len(t['times_s']) - 1) * steady if steady else None
+        tuning[name] = dict(t, cost_updates=extra / steady if steady else None)
+    fixed = [rows[n]['median_s'] for n in (OURS, OURS_FP16, OURS_BF16) + FIXED if n in rows]
+    auto = rows.get(OURS_AUTO, {}).get('median_s')
     return {'link_gbit': gbit, 'layout': '{}x{}'.format(nodes, k), 'nodes': nodes, 'ranks_per_node': k,
             'bytes': nbytes, 'arrays': model_result['arrays'], 'bound_s': bound, 'bound_fp16_s': bound16,
-            'contenders': rows}
+            'contenders': rows, 'tuning': tuning, 'precision': model_result.get('precision', {}),
+            'auto_over_best_fixed': auto / min(fixed) if auto and fixed else None}
 
 
 def _iteration_entry(it, nodes, k, gbit):
@@ -146,7 +164,8 @@ def _iteration_entry(it, nodes, k, gbit):
          'batch': ours['batch'], 'input_shape': ours['input_shape'], 'overlap_mode': ours.get('overlap_mode'),
          'ours': ours, 'peer': peer}
     comp = med['compute']
-    e['exposed_s'] = {m: med[m] - comp for m in ('plain', 'overlap', 'plain_fp16', 'overlap_fp16')}
+    e['exposed_s'] = {m: med[m] - comp for m in ITER_AVERAGING if m in med}
+    e['tuning'] = ours.get('tuning', {})
     e['exposed_s']['peer_plain'] = peer['median_s']['peer_plain'] - peer['median_s']['compute']
     e['exposed_over_allreduce_alone'] = {
         'overlap': e['exposed_s']['overlap'] / med['allreduce'],
@@ -154,9 +173,11 @@ def _iteration_entry(it, nodes, k, gbit):
         'plain': e['exposed_s']['plain'] / med['allreduce']}
     e['overlap_over_plain'] = med['overlap'] / med['plain']
     e['overlap_fp16_over_plain'] = med['overlap_fp16'] / med['plain']
-    best = min(med['overlap'], med['overlap_fp16'], med['plain'], med['plain_fp16'])
-    e['speedup_over_peer'] = {m: peer['median_s']['peer_plain'] / med[m]
-                              for m in ('plain', 'overlap', 'plain_fp16', 'overlap_fp16')}
+    fixed = [med[m] for m in ('overlap', 'overlap_fp16', 'plain', 'plain_fp16') if m in med]
+    best = min(fixed + [med[m] for m in ('plain_auto', 'overlap_auto') if m in med])
+    if 'overlap_auto' in med:
+        e['overlap_auto_over_best_fixed'] = med['overlap_auto'] / min(fixed)
+    e['speedup_over_peer'] = {m: peer['median_s']['peer_plain'] / med[m] for m in ITER_AVERAGING if m in med}
     e['speedup_over_peer']['best'] = peer['median_s']['peer_plain'] / best
     return e
 
@@ -179,6 +200,19 @@ def _targets(rows, iters):
     t = {}
     for model in sorted({r['model'] for r in rows}, key=lambda m: m != 'resnet50'):
         for layout in ('2x1', '2x2'):
+            for gbit in (1.0, 10.0, None):
+                r = find(model, layout, gbit)
+                pre = '{} {} {}'.format(model, _link_name(gbit), layout)
+                t[pre + ' auto/best fixed (<= 1.05)'] = r and r['auto_over_best_fixed']
+                cost = r and r['tuning'].get(OURS_AUTO, {}).get('cost_updates')
+                t[pre + ' auto tuning cost, updates (<= 10)'] = cost
+                if gbit == 1.0:
+                    t[pre + ' bf16/float32 bound (<= 0.55)'] = ratio(med(r, OURS_BF16), r and r['bound_s'])
+                else:
+                    t[pre + ' bf16/float32 (<= 1)'] = ratio(med(r, OURS_BF16), med(r, OURS))
+                err = r and r['precision'].get(OURS_BF16, {}).get('rel_error_2norm')
+                t[pre + ' bf16 mean rel. error (<= 2**-8 = 0.0039)'] = err
+        for layout in ('2x1', '2x2'):
             r = find(model, layout, 1.0)
             t['{} 1G {} ours/bound (<= 1.10)'.format(model, layout)] = ratio(med(r, OURS), r and r['bound_s'])
             t['{} 1G {} fp16/float32 bound (<= 0.55)'.format(model, layout)] = ratio(
@@ -199,6 +233,7 @@ def _targets(rows, iters):
             t[pre + ' exposed overlap/average alone (<= 0.30)'] = x['overlap']
             t[pre + ' exposed overlap fp16/fp16 average alone (<= 0.30)'] = x['overlap_fp16']
             t[pre + ' overlap/plain (<= 1)'] = it['overlap_over_plain']
+            t[pre + ' overlap auto/best fixed (<= 1.05)'] = it.get('overlap_auto_over_best_fixed')
             t[pre + ' speedup over peer, best of ours'] = it['speedup_over_peer']['best']
     return t
 
@@ -208,6 +243,8 @@ def _fmt_ms(v):
 
 
 def _fmt_x(v):
+    if v is not None and 0 < abs(v) < 0.01:
+        return '{:.1e}'.format(v)
     return '-' if v is None else '{:.2f}'.format(v)
 
 
@@ -227,6 +264,15 @@ def format_table(result):
             lines.append('  {:<34s} {:>9s} {:>9s} {:>9s} {:>9s}'.format(
                 label, _fmt_ms(c['median_s']), _fmt_ms(c['min_s']), _fmt_x(c['ratio_to_bound']),
                 _fmt_x(c['ratio_to_peer'])))
+        for name, tn in sorted(r.get('tuning', {}).items()):
+            lines.append('  tuning of {}: {} calls, {:.0f} ms, cost {} updates; chose {}'.format(
+                LABELS.get(name, name), tn['calls'], tn['seconds'] * 1e3, _fmt_x(tn['cost_updates']),
+                ', '.join('{}={}'.format(k, v) for k, v in sorted(tn['choice'].items()))))
+        if r.get('auto_over_best_fixed'):
+            lines.append('  auto / best fixed: {}'.format(_fmt_x(r['auto_over_best_fixed'])))
+        for name, pr in sorted(r.get('precision', {}).items()):
+            lines.append('  precision of {} ({} on the wire): relative error {}'.format(
+                LABELS.get(name, name), pr['wire'], _fmt_x(pr['rel_error_2norm'])))
     for it in result['iteration']:
         o, p = it['ours']['median_s'], it['peer']['median_s']
         lines.append('== iteration {} batch {} {} at {} (median ms; exposed = iteration - compute)'.format(
@@ -234,9 +280,13 @@ def format_table(result):
         lines.append('  compute {}  average alone {} (float16 {})  peer compute {}  peer average alone {}'.format(
             _fmt_ms(o['compute']), _fmt_ms(o['allreduce']), _fmt_ms(o['allreduce_fp16']),
             _fmt_ms(p['compute']), _fmt_ms(p['peer_allreduce'])))
-        for m in ('plain', 'overlap', 'plain_fp16', 'overlap_fp16'):
+        for m in ITER_AVERAGING:
+            if m not in o:
+                continue
             lines.append('  {:<14s} iteration {:>8s}  exposed {:>8s}  speedup over peer {}'.format(
                 m, _fmt_ms(o[m]), _fmt_ms(it['exposed_s'][m]), _fmt_x(it['speedup_over_peer'][m])))
+        for m, tn in sorted(it.get('tuning', {}).items()):
+            lines.append('  tuning of {}: {} iterations, {:.0f} ms'.format(m, tn['calls'], tn['seconds'] * 1e3))
         lines.append('  {:<14s} iteration {:>8s}  exposed {:>8s}'.format(
             'peer', _fmt_ms(p['peer_plain']), _fmt_ms(it['exposed_s']['peer_plain'])))
     lines.append('== targets (measured ratio)')

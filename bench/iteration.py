@@ -80,28 +80,41 @@ def _models(size, batch=None):
 
 
 MODES = ('plain', 'overlap', 'compute', 'pack_unpack', 'allreduce', 'plain_fp16', 'overlap_fp16',
-         'allreduce_fp16')
+         'allreduce_fp16', 'plain_auto', 'overlap_auto')
 PEER_MODES = ('peer_plain', 'peer_allreduce', 'compute')
 DEFAULT_MODES = 'plain,overlap,compute,pack_unpack'
 
 
 def _communicators(args):
-    """Return (comm, comm16 or None, BackwardOverlap or None): ours, or the peer's under --peer."""
+    """Return (comm, comm16 or None, BackwardOverlap or None, comm_auto or None): ours, or the peer's."""
     if args.peer:
         import chainermn
         if 'chainermn_comm' in sys.modules or not chainermn.__file__.endswith(
                 os.path.join('site-packages', 'chainermn', '__init__.py')):
             raise SystemExit('peer run must use Chainer 7.8.1 bundled chainermn, got {}'
                              .format(chainermn.__file__))
-        return chainermn.create_communicator('naive'), None, None
+        return chainermn.create_communicator('naive'), None, None, None
     import numpy
 
     import chainermn_comm
     from chainermn_train._overlap import BackwardOverlap
-    comm16 = None
+    comm16 = auto = None
     if any(m.endswith('_fp16') for m in args.modes.split(',')):
         comm16 = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=numpy.float16)
-    return chainermn_comm.create_communicator('naive'), comm16, BackwardOverlap
+    if any(m.endswith('_auto') for m in args.modes.split(',')):
+        auto = chainermn_comm.create_communicator('naive', allreduce_grad_dtype='auto')
+    return chainermn_comm.create_communicator('naive'), comm16, BackwardOverlap, auto
+
+
+def _still_tuning(obj):
+    """Return whether a communicator's plain average or a BackwardOverlap has not finished tuning."""
+    tuning = getattr(obj, 'tuning', None)  # a BackwardOverlap's OverlapTuning
+    if tuning is not None:
+        return tuning.active and (tuning.tuner is None or tuning.tuner.tuning)
+    tuned = obj.__dict__.get('_tuned')  # a communicator's TunedMean, made at its first average
+    if tuned is None:
+        return True
+    return tuned._active and (tuned.tuning.tuner is None or tuned.tuning.tuner.tuning)
 
 
 def worker(args):
@@ -110,7 +123,7 @@ def worker(args):
     import numpy
     from mpi4py import MPI
 
-    comm, comm16, backward_overlap = _communicators(args)
+    comm, comm16, backward_overlap, comm_auto = _communicators(args)
     wanted = args.modes.split(',')
     known = PEER_MODES if args.peer else MODES
     bad = [m for m in wanted if m not in known]
@@ -130,6 +143,8 @@ def worker(args):
             overlaps['overlap'] = backward_overlap(comm, model)
         if 'overlap_fp16' in wanted:
             overlaps['overlap_fp16'] = backward_overlap(comm16, model)
+        if 'overlap_auto' in wanted:
+            overlaps['overlap_auto'] = backward_overlap(comm_auto, model)
         grads_flat = {}
 
         def compute(mode):
@@ -143,6 +158,8 @@ def worker(args):
                     comm.multi_node_mean_grad(model, zero_fill=True)
                 elif mode == 'plain_fp16':
                     comm16.multi_node_mean_grad(model, zero_fill=True)
+                elif mode == 'plain_auto':
+                    comm_auto.multi_node_mean_grad(model, zero_fill=True)
             opt.update()
 
         def pack_unpack():
@@ -169,6 +186,22 @@ def worker(args):
                    'allreduce_fp16': lambda: allreduce(comm16)}
         modes = {m: special.get(m, lambda m=m: compute(m)) for m in wanted}
         compute('compute')  # every parameter has a gradient before an average-only mode runs
+        # What tunes (our plain averages and overlaps) runs its first schedule now, timed apart,
+        # so that the iterations below time what it chose.
+        tuning = {}
+        if not args.peer:
+            owners = {'plain': comm, 'allreduce': comm, 'plain_fp16': comm16, 'allreduce_fp16': comm16,
+                      'plain_auto': comm_auto}
+            owners.update(overlaps)
+            for m in sorted(m for m in modes if m in owners):
+                spent = []
+                while _still_tuning(owners[m]) and len(spent) < 60:
+                    mpi.Barrier()
+                    t0 = time.perf_counter()
+                    modes[m]()
+                    spent.append(mpi.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+                if spent:
+                    tuning[m] = {'calls': len(spent), 'seconds': sum(spent), 'times_s': spent}
         times = {m: [] for m in modes}
         for i in range(args.warmup + args.iters):
             order = sorted(modes)
@@ -183,7 +216,7 @@ def worker(args):
         med = {m: statistics.median(v) for m, v in times.items()}
         nbytes = sum(p.size * 4 for p in model.params())
         e = {'model': model.label, 'ranks': comm.size, 'grad_bytes': nbytes, 'iters': args.iters, 'batch': batch,
-             'input_shape': list(x.shape), 'median_s': med, 'times_s': times,
+             'input_shape': list(x.shape), 'median_s': med, 'times_s': times, 'tuning': tuning,
              'min_s': {m: min(v) for m, v in times.items()}}
         # The names the single-machine run has always written.
         for m, key in (('plain', 'iteration_plain_s'), ('overlap', 'iteration_overlap_s'),

@@ -34,12 +34,13 @@ THIRD_PARTY = {
     'cupy': 'cupy',
     'cupyx': 'cupy',
     'cupy_backends': 'cupy',
+    'ml_dtypes': 'ml-dtypes',
     'pytest': 'pytest',
     'poetry': 'poetry-core',
     'matplotlib': 'matplotlib',
 }
 #: Distributions that may be imported only lazily (inside a function), from an extra.
-OPTIONAL = {'cupy', 'matplotlib'}
+OPTIONAL = {'cupy', 'matplotlib', 'ml-dtypes'}
 
 
 def _canonical(name):

@@ -14,11 +14,16 @@ _spec = importlib.util.spec_from_file_location('chainermn_bench_cluster', BENCH)
 bench_cluster = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_cluster)
 
-OURS = ['ours_naive_multi_node_mean_grad', 'ours_naive_fp16_multi_node_mean_grad', 'per_array_allreduce',
+OURS = ['ours_naive_multi_node_mean_grad', 'ours_naive_fp16_multi_node_mean_grad',
+        'ours_naive_bf16_multi_node_mean_grad', 'ours_naive_auto_multi_node_mean_grad',
+        'ours_fixed_float32', 'ours_fixed_float16', 'ours_fixed_bfloat16', 'per_array_allreduce',
         'floor_packed_chunked']
+TUNED = ['ours_naive_multi_node_mean_grad', 'ours_naive_fp16_multi_node_mean_grad',
+         'ours_naive_bf16_multi_node_mean_grad', 'ours_naive_auto_multi_node_mean_grad']
 PEER = ['peer_chainer781_naive_mean_grad', 'peerjob_floor_packed_chunked']
 GLOO = ['gloo_flat_allreduce', 'gloo_ddp_buckets25MB_allreduce']
-ITER_OURS = ['plain', 'overlap', 'compute', 'allreduce', 'plain_fp16', 'overlap_fp16', 'allreduce_fp16']
+ITER_OURS = ['plain', 'overlap', 'compute', 'allreduce', 'plain_fp16', 'overlap_fp16', 'allreduce_fp16',
+             'plain_auto', 'overlap_auto']
 ITER_PEER = ['peer_plain', 'peer_allreduce', 'compute']
 
 
@@ -75,3 +80,18 @@ def test_bench_cluster_tiny(tmp_path):
         assert data['targets'][key] > 0, key
     assert data['targets']['mlp unthrottled 2x1 ours/floor (<= 1.05)'] is None  # not measured in this run
     assert 'ours float16' in res.stdout and 'peer (Chainer 7.8.1 naive)' in res.stdout
+    # 'auto' and bfloat16 beside the fixed choices: each tuning contender ran its schedule first.
+    assert sorted(row['tuning']) == sorted(TUNED)
+    for name, tn in row['tuning'].items():
+        assert tn['calls'] == len(tn['times_s']) >= 2 and tn['seconds'] > 0, name
+        assert tn['cost_updates'] is not None, name
+    assert row['tuning']['ours_naive_auto_multi_node_mean_grad']['choice']['dtype'] in (
+        'float32', 'float16', 'bfloat16')
+    assert 'dtype' in row['tuning']['ours_naive_auto_multi_node_mean_grad']['figures_s']  # 2x1: a real wire
+    assert row['auto_over_best_fixed'] > 0
+    assert 0 <= row['precision']['ours_naive_bf16_multi_node_mean_grad']['rel_error_2norm'] <= 2.0 ** -8
+    assert row['precision']['ours_naive_bf16_multi_node_mean_grad']['wire'] == 'bfloat16'
+    for key in ('mlp 1 Gbit/s 2x1 auto/best fixed (<= 1.05)', 'mlp 1 Gbit/s 2x1 bf16/float32 bound (<= 0.55)',
+                'mlp 1 Gbit/s 2x1 bf16 mean rel. error (<= 2**-8 = 0.0039)'):
+        assert data['targets'][key] is not None, key
+    assert 'ours auto' in res.stdout and 'ours bfloat16' in res.stdout and 'tuning of ours auto' in res.stdout

@@ -32,14 +32,24 @@ def check_numeric(array, what, rank, op='sum'):
 
 
 def validate_grad_dtype(dtype):
-    """Return ``dtype`` as a floating numpy dtype, or None; raise ValueError otherwise."""
+    """Return ``dtype`` as a float numpy dtype, ``'bfloat16'``, ``'auto'`` or None; else raise ValueError.
+
+    ``'bfloat16'`` (or ``ml_dtypes.bfloat16`` where ml_dtypes is installed) is a 16-bit wire
+    carried as uint16 words (``_codecs``); ``'auto'`` lets the tuner choose among float32,
+    float16 and bfloat16 (``_tune``).
+    """
     if dtype is None:
         return None
+    if isinstance(dtype, str) and dtype.strip().lower() == 'auto':
+        return 'auto'
+    from chainermn_comm import _codecs
+    if _codecs.is_bfloat16(dtype):
+        return _codecs.BFLOAT16_NAME
     try:
         dt = numpy.dtype(dtype)
     except TypeError:
         dt = None
     if dt is None or dt.kind != 'f' or dt.itemsize not in (2, 4, 8):
-        raise ValueError('allreduce_grad_dtype must be None, numpy.float16, numpy.float32 or '
-                         'numpy.float64; got {!r}'.format(dtype))
+        raise ValueError('allreduce_grad_dtype must be None, numpy.float16, numpy.float32, numpy.float64, '
+                         "'bfloat16' (or ml_dtypes.bfloat16) or 'auto'; got {!r}".format(dtype))
     return dt

@@ -12,17 +12,20 @@ import operator
 
 import numpy
 
+from chainermn_comm import _codecs
 from chainermn_comm import _half
 from chainermn_comm import _stream
 from chainermn_comm import settings
 from chainermn_comm.guard import stable_code
 from chainermn_comm.protocol import CHUNK_BYTES_ENV, DIRECT_BYTES_ENV
 
-__all__ = ['ChunkedReducer', 'collect_params', 'params_key', 'params_signature',
-           'DEFAULT_CHUNK_BYTES', 'CHUNK_ENV', 'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
+__all__ = ['ChunkedReducer', 'reduction_key', 'collect_params', 'params_key', 'params_signature',
+           'DEFAULT_CHUNK_BYTES', 'CHUNK_CHOICES', 'CHUNK_ENV', 'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
 
 CHUNK_ENV = CHUNK_BYTES_ENV
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+#: The chunk sizes the tuner may choose from (``_tune``) when the size is not pinned.
+CHUNK_CHOICES = (1024 * 1024, 4 * 1024 * 1024, 16 * 1024 * 1024)
 DIRECT_ENV = DIRECT_BYTES_ENV
 DEFAULT_DIRECT_BYTES = 256 * 1024
 
@@ -89,6 +92,8 @@ class ChunkedReducer:
     SLOTS = 4
 
     def __init__(self, mpi_comm, chunk_bytes=None, direct_bytes=None):
+        #: Whether the chunk size was given (argument or ``CHAINERMN_CHUNK_BYTES``): not tuned.
+        self.chunk_pinned = chunk_bytes is not None or settings.read(CHUNK_ENV) is not None
         if chunk_bytes is None:
             chunk_bytes = settings.read(CHUNK_ENV, DEFAULT_CHUNK_BYTES)
         if chunk_bytes < 64:
@@ -104,13 +109,13 @@ class ChunkedReducer:
         self._ops = {}
 
     def _op(self, kind, dtype, arg):
-        key = (kind, dtype.str, arg)
+        key = (kind, dtype.str, arg, self.chunk_bytes)
         op = self._ops.get(key)
         if op is None:
             chunk = max(1, self.chunk_bytes // dtype.itemsize)
             comm = self.mpi_comm
             if kind == 'half':
-                op = _stream.HalfSumOp(comm, chunk, self.SLOTS)
+                op = _stream.HalfSumOp(comm, chunk, self.SLOTS, dtype)
             elif kind == 'sum':
                 op = _stream.SumOp(comm, dtype, chunk, self.SLOTS, arg)
             else:
@@ -118,26 +123,35 @@ class ChunkedReducer:
             self._ops[key] = op
         return op
 
+    def release_unused(self):
+        """Drop the buffers of chunk sizes other than the current one (the tuner tried them)."""
+        for key in [k for k in self._ops if k[3] != self.chunk_bytes]:
+            del self._ops[key]
+
     def mean(self, arrays, dtype=None):
         """Average the C-contiguous host ``arrays`` over all ranks, in place.
 
-        ``dtype`` is the dtype the reduction runs in (the arrays' own when None).
-        Sums are scaled by ``1/size`` after the reduction; with 2-byte dtypes (float16)
-        the scaling happens before the cast and the reduction, together with a power of two
-        per array that the ranks agree on (``_half.shared_factors``), so that sums cannot
-        overflow and small values stay normal; float16 terms are added in float32 and rounded
-        once (``_half``).  Either way each element gets the same operations whichever path it
-        takes.
+        ``dtype`` is the dtype the reduction runs in (the arrays' own when None), or
+        ``'bfloat16'``.  Sums are scaled by ``1/size`` after the reduction.  The 2-byte wires
+        (``_codecs``) add their terms in float32 and round once (``_half``); float16 terms are
+        scaled before the cast, together with a power of two per array that the ranks agree on
+        (``_half.shared_factors``), so that sums cannot overflow and small values stay normal;
+        bfloat16 has float32's range and multiplies the float32 sum by ``1/size`` instead.
+        Either way each element gets the same operations whichever path it takes.
         """
         size = self.mpi_comm.Get_size()
         if size == 1:
             return
         scale = 1.0 / size
         for red_dtype, group in _group_by_dtype(arrays, dtype):
-            if red_dtype.itemsize == 2:
+            if isinstance(red_dtype, _codecs.Codec):
                 op = self._op('half', red_dtype, None)
-                op.use_factors(group, *_half.shared_factors(
-                    self.mpi_comm, group, scale, _stream.polite_wait if self.polite else None))
+                if red_dtype.prescale:
+                    op.use_factors(group, *_half.shared_factors(
+                        self.mpi_comm, group, scale, _stream.polite_wait if self.polite else None))
+                else:
+                    ones = [1.0] * len(group)
+                    op.use_factors(group, ones, ones, post=scale)
                 pieces = _stream.cut(group, op.chunk, _never)
             else:
                 op = self._op('sum', red_dtype, scale)
@@ -153,7 +167,7 @@ class ChunkedReducer:
         if self.mpi_comm.Get_size() == 1:
             return
         direct = self.direct_bytes
-        for red_dtype, group in _group_by_dtype(arrays, None):
+        for red_dtype, group in _group_by_dtype(arrays, None, wires=False):
             op = self._op('bcast', red_dtype, root)
             pieces = _stream.cut(group, op.chunk, lambda a: a.nbytes >= direct)
             _stream.run(pieces, op, self.SLOTS, self.polite)
@@ -163,9 +177,28 @@ def _never(a):
     return False
 
 
-def _group_by_dtype(arrays, dtype):
+def reduction_key(dtype, array_dtype):
+    """Return what the sums of an array of ``array_dtype`` run in: a wire format (``_codecs``) or a dtype."""
+    want = array_dtype if dtype is None else dtype
+    try:
+        return _keys[want]
+    except (KeyError, TypeError):  # TypeError: unhashable
+        key = _codecs.codec_of(want) or numpy.dtype(want)
+    if len(_keys) < 64:
+        try:
+            _keys[want] = key
+        except TypeError:
+            pass
+    return key
+
+
+#: reduction_key's answers so far (it runs once per array and call: 3 us uncached).
+_keys = {}
+
+
+def _group_by_dtype(arrays, dtype, wires=True):
     groups = {}
     for a in arrays:
-        key = numpy.dtype(dtype) if dtype is not None else a.dtype
+        key = reduction_key(dtype, a.dtype) if wires else a.dtype
         groups.setdefault(key, []).append(a.reshape(-1))
     return sorted(groups.items(), key=lambda kv: kv[0].str)

@@ -1,4 +1,4 @@
-"""Sum float16 arrays over ranks with float16 on the wire and float32 additions.
+"""Sum arrays over ranks with 16-bit words on the wire (float16 or bfloat16) and float32 additions.
 
 MPI has no float16 sum that every library offers, and where one exists it adds pairwise in
 float16, so the result depends on the order the library picks (ranks' values 2/3, 4/3 and 2
@@ -15,11 +15,16 @@ subnormals (which keep fewer digits, and which NumPy converts about 40 times slo
 large ones cannot overflow.  The exponent depends only on the array's values, not on how
 arrays are cut into messages, and multiplying by a power of two is exact, so chunks, buckets
 and ``overlap=True`` give the same bits.
+
+bfloat16 (``_codecs.BFLOAT16``) takes the same two phases without the power of two: its range
+is float32's.  Its owner multiplies the float32 sum by ``1/size`` before it rounds it.
 """
 
 import math
 
 import numpy
+
+from chainermn_comm import _codecs
 
 __all__ = ['scale_into', 'Layout', 'start_exchange', 'add_own', 'start_gather',
            'InFlightSum', 'TOP_EXP', 'MIN_EXP', 'MAX_EXP', 'local_exponents',
@@ -105,18 +110,21 @@ def start_exchange(comm, flat, lay, parts):
                            [parts.view(numpy.uint16), (lay.rcounts, lay.rdispls), bits])
 
 
-def add_own(flat, lay, parts, wide, rank):
-    """Add the ranks' copies of my segment in float32, in rank order, and round once into ``flat``."""
+def add_own(flat, lay, parts, wide, rank, codec=None, post=1.0):
+    """Add the ranks' copies of my segment in float32, in rank order, and round once into ``flat``.
+
+    ``codec`` is the wire format (``_codecs.FLOAT16`` when None); the sum is multiplied by
+    ``post`` before it is rounded (bfloat16's ``1/size``; float16 terms come scaled).
+    """
     mine = lay.mine
     if not mine:
         return
+    codec = codec or _codecs.FLOAT16
     size = len(lay.counts)
     terms = [parts[j * mine:(j + 1) * mine] for j in range(size)]
     wide = wide[:mine]
-    numpy.add(terms[0], terms[1], out=wide, dtype=numpy.float32)
-    for t in terms[2:]:
-        numpy.add(wide, t, out=wide, dtype=numpy.float32)
-    numpy.copyto(flat[lay.bounds[rank]:lay.bounds[rank + 1]], wide, casting='unsafe')
+    codec.sum_terms(wide, terms)
+    codec.encode(flat[lay.bounds[rank]:lay.bounds[rank + 1]], wide, post)
 
 
 def start_gather(comm, flat, lay):
@@ -130,39 +138,44 @@ class InFlightSum:
     """Sum one C-contiguous view over the ranks of ``comm`` in place, without blocking the caller.
 
     ``start`` begins it, ``step`` (call it when the first phase has had time) adds and
-    starts the second phase of a float16 sum, ``wait`` ends it.  Any other dtype is one
-    ``Iallreduce``.  Buffers are kept for the next view.
+    starts the second phase of a sum on a 2-byte wire, ``wait`` ends it.  A view in a wire
+    format (``codec``: float16 or bfloat16 words) goes through the two phases of this
+    module; any other view is one ``Iallreduce``.  Buffers are kept for the next view.
     """
 
     def __init__(self, comm):
         self.comm = comm
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
-        self._parts = numpy.empty(0, dtype=numpy.float16)
+        self._parts = numpy.empty(0, dtype=numpy.uint16)
         self._wide = numpy.empty(0, dtype=numpy.float32)
         self.req = None
-        self._view = self._lay = None
+        self._view = self._lay = self._codec = None
+        self._post = 1.0
 
-    def start(self, view):
+    def start(self, view, codec=None, post=1.0):
+        """Start summing ``view``; with ``codec``, the owner's float32 sum is multiplied by ``post``."""
         from mpi4py import MPI
         flat = view.reshape(-1)
         self._view = flat
-        if flat.dtype != numpy.float16:
+        if codec is None:
             self._lay = None
             self.req = self.comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM)
             return
         lay = self._lay = Layout(flat.size, self.size, self.rank)
+        self._codec, self._post = codec, post
         need = lay.mine * self.size
         if self._parts.size < need:
-            self._parts = numpy.empty(need, dtype=numpy.float16)
+            self._parts = numpy.empty(need, dtype=numpy.uint16)
             self._wide = numpy.empty(lay.mine, dtype=numpy.float32)
-        self.req = start_exchange(self.comm, flat, lay, self._parts[:need])
+        self.req = start_exchange(self.comm, flat, lay, self._parts[:need].view(codec.storage))
 
     def step(self):
         if self._lay is None:
             return
         self.req.Wait()
-        add_own(self._view, self._lay, self._parts, self._wide, self.rank)
+        add_own(self._view, self._lay, self._parts.view(self._codec.storage), self._wide, self.rank,
+                self._codec, self._post)
         self.req = start_gather(self.comm, self._view, self._lay)
         self._lay = None
 

@@ -5,6 +5,7 @@ import numpy
 from chainermn_comm import _arrays
 from chainermn_comm import _grad
 from chainermn_comm import trace
+from chainermn_comm import _tune
 
 __all__ = ['ModelCollectives', 'arrays_traced']
 
@@ -61,10 +62,17 @@ class ModelCollectives:
     def _mean_grads(self, params):
         """Average the gradients of ``params`` over all ranks in place."""
         staged = [self._param_host(p, 'grad', 'allreduce_grad') for p in params]
-        self._reducer.mean([a for a, _ in staged], dtype=self.allreduce_grad_dtype)
+        self._tuned_mean().mean([a for a, _ in staged])
         for p, (a, on_device) in zip(params, staged):
             if on_device:
                 p.grad[...] = _arrays.like(a, p.grad)
+
+    def _tuned_mean(self):
+        """Return the plain path's average under the tuner (``_tune``), made at first use."""
+        tuned = self.__dict__.get('_tuned')
+        if tuned is None or tuned.reducer is not self._reducer:
+            tuned = self.__dict__['_tuned'] = _tune.TunedMean(self._reducer, self.allreduce_grad_dtype)
+        return tuned
 
     def _param_host(self, param, attr, what):
         """Return (contiguous host array for ``param.<attr>``, whether it was staged from a GPU)."""

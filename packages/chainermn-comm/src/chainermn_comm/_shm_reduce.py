@@ -17,13 +17,17 @@ With several nodes, the cross-node sum of my share of chunk ``k`` is nonblocking
 the wire while this rank stages chunk ``k + 1`` and unpacks chunk ``k - 1`` (which every
 owner finished before the last barrier), so the casts and copies hide behind the link.
 
-A 2-byte reduction dtype (``allreduce_grad_dtype=float16``) is a format for the wire, and
-shared memory is no wire: the node stages and sums in float32, and only the cross-node sum
-of each share travels in float16.  Its owner casts the node's float32 sum once (times the
-power of two of ``_half.shared_factors``), the nodes' float16 terms are added in float32
-and rounded once, and the owner writes the result, back in float32, where its peers copy
-it from.  Each value is cast to and from float16 once per node instead of once per rank,
-and the sums lose nothing inside a node.  On one node nothing is cast at all.
+On one node there is nothing to hide: the unpack of chunk ``k`` follows its barrier at
+once (as step 5 says), while the owners' sums are fresh in their caches.
+
+A 2-byte reduction dtype (``allreduce_grad_dtype=float16`` or ``'bfloat16'``) is a format for
+the wire, and shared memory is no wire: the node stages and sums in float32, and only the
+cross-node sum of each share travels in 16 bits.  Its owner casts the node's float32 sum once
+(float16: times the power of two of ``_half.shared_factors``), the nodes' terms are added in
+float32 and rounded once (bfloat16: after the ``1/size``), and the owner writes the result,
+back in float32, where its peers copy it from.  Each value is cast to and from the wire
+format once per node instead of once per rank, and the sums lose nothing inside a node.  On
+one node nothing is cast at all.
 
 Every byte of gradient is read once from and written once to main memory, and the
 staging traffic stays in cache, so the whole average costs about one memory copy: it
@@ -33,6 +37,7 @@ element's sum is computed once, by its owner, so every rank ends with the same b
 
 import numpy
 
+from chainermn_comm import _codecs
 from chainermn_comm import _grad
 from chainermn_comm import _half
 from chainermn_comm import _stream
@@ -40,13 +45,15 @@ from chainermn_comm import settings
 from chainermn_comm._errors import CommunicationError
 from chainermn_comm.protocol import SHM_CHUNK_BYTES_ENV, SHM_REDUCE_ENV
 
-__all__ = ['NodeReducer', 'SHM_ENV', 'SHM_CHUNK_ENV', 'DEFAULT_SHM_CHUNK_BYTES']
+__all__ = ['NodeReducer', 'SHM_ENV', 'SHM_CHUNK_ENV', 'DEFAULT_SHM_CHUNK_BYTES', 'SHM_CHUNK_CHOICES']
 
 #: Set to 0 to average gradients with MPI messages only.
 SHM_ENV = SHM_REDUCE_ENV
 #: Bytes of gradient per chunk of the shared-memory average.
 SHM_CHUNK_ENV = SHM_CHUNK_BYTES_ENV
 DEFAULT_SHM_CHUNK_BYTES = 1024 * 1024
+#: The chunk sizes the tuner may choose from (``_tune``) when the size is not pinned.
+SHM_CHUNK_CHOICES = (512 * 1024, 1024 * 1024, 2048 * 1024)
 _PLAN_CACHE_SIZE = 64
 
 
@@ -65,6 +72,8 @@ class NodeReducer:
     """
 
     def __init__(self, mpi_comm, topology, chunked=None, chunk_bytes=None):
+        #: Whether the chunk size was given (argument or ``CHAINERMN_SHM_CHUNK_BYTES``): not tuned.
+        self.chunk_pinned = chunk_bytes is not None or settings.read(SHM_CHUNK_ENV) is not None
         if chunk_bytes is None:
             chunk_bytes = settings.read(SHM_CHUNK_ENV, DEFAULT_SHM_CHUNK_BYTES)
         if chunk_bytes < 64:
@@ -73,13 +82,38 @@ class NodeReducer:
         self.topology = topology
         self.chunked = chunked if chunked is not None else _grad.ChunkedReducer(mpi_comm)
         self.chunk_bytes = chunk_bytes // 16 * 16
+        # The window holds two chunks of the largest size the tuner may pick.
+        self._window_chunk = self.chunk_bytes if self.chunk_pinned else max(
+            (self.chunk_bytes,) + SHM_CHUNK_CHOICES) // 16 * 16
+        #: Average through shared memory when it is usable (the tuner may switch it off).
+        self.use_shared = True
         self._state = None  # None: undecided; False: MPI only; _Shared: shared memory ready
         self._plans = {}
 
     @property
     def uses_shared_memory(self):
         """Whether ``mean`` runs through node-shared memory (None before the first ``mean``)."""
+        return None if self._state is None else self._state is not False and self.use_shared
+
+    @property
+    def shared_usable(self):
+        """Whether the shared-memory path is set up and usable (None before the first ``mean``)."""
         return None if self._state is None else self._state is not False
+
+    def configure(self, shared=None, chunk_bytes=None):
+        """Switch the shared-memory path on or off and set its chunk size (None: unchanged).
+
+        Neither changes the bits of a float32 average of two ranks, nor, for the chunk size,
+        of any average (the sums' order does not depend on chunks).
+        """
+        if shared is not None:
+            self.use_shared = bool(shared)
+        if chunk_bytes is not None:
+            chunk_bytes = int(chunk_bytes) // 16 * 16
+            if not 64 <= chunk_bytes <= self._window_chunk:
+                raise ValueError('shared-memory chunk size {} is outside [64, {}]'.format(
+                    chunk_bytes, self._window_chunk))
+            self.chunk_bytes = chunk_bytes
 
     def bcast(self, arrays, root=0):
         """Overwrite ``arrays`` on every rank with root's values (MPI, in chunks)."""
@@ -103,7 +137,7 @@ class NodeReducer:
         in_place = out is arrays
         if self.mpi_comm.Get_size() > 1 and self._state is None:
             self._state = self._setup()
-        if self.mpi_comm.Get_size() == 1 or self._state is False:
+        if self.mpi_comm.Get_size() == 1 or self._state is False or not self.use_shared:
             if not in_place:
                 for a, o in zip(arrays, out):
                     numpy.copyto(o.reshape(-1), a.reshape(-1), casting='unsafe')
@@ -112,13 +146,18 @@ class NodeReducer:
             return
         groups = {}
         for a, o in zip(arrays, out):
-            key = numpy.dtype(dtype) if dtype is not None else o.dtype
+            key = _grad.reduction_key(dtype, o.dtype)
             pair = groups.setdefault(key, ([], []))
             pair[0].append(a.reshape(-1))
             pair[1].append(o.reshape(-1))
         for red_dtype in sorted(groups, key=lambda d: d.str):
             src, dst = groups[red_dtype]
             self._mean_group(red_dtype, src, dst)
+
+    def release_unused(self):
+        """Drop what only other chunk sizes use: MPI buffers and shared-memory plans (after tuning)."""
+        self.chunked.release_unused()
+        self._plans = {k: v for k, v in self._plans.items() if k[2] == self.chunk_bytes}
 
     def free(self):
         """Release the shared window and the node communicators (collective)."""
@@ -150,11 +189,11 @@ class NodeReducer:
         mine = {r for r, key in enumerate(topo.hosts) if key == topo.hosts[comm.Get_rank()]}
         if not comm.allreduce(mine <= real_ranks, op=MPI.LAND):
             return False
-        return _Shared(comm, topo, 2 * self.chunk_bytes)
+        return _Shared(comm, topo, 2 * self._window_chunk)
 
     # -- the average ------------------------------------------------------------
     def _plan(self, red_dtype, sizes):
-        key = (red_dtype.str, sizes)
+        key = (red_dtype.str, sizes, self.chunk_bytes)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= _PLAN_CACHE_SIZE:
@@ -168,31 +207,42 @@ class NodeReducer:
     def _mean_group(self, red_dtype, src, dst):
         state = self._state
         flight = state.flight
-        half = red_dtype.itemsize == 2
-        if half:  # float32 in shared memory; float16 only on the wire (module doc)
+        codec = red_dtype if isinstance(red_dtype, _codecs.Codec) else None
+        if codec is not None:  # float32 in shared memory; 16 bits only on the wire (module doc)
             red_dtype = numpy.dtype(numpy.float32)
         plan = self._plan(red_dtype, tuple(a.size for a in src))
         if not plan:
             return
         scale = 1.0 / self.mpi_comm.Get_size()
+        scratch = state.scratch(red_dtype)
+        if flight is None:
+            _mean_on_node(state, plan, src, dst, [scale] * len(src), scratch)
+            return
         ups = wire = None
-        if half and flight is not None:  # a power of two per array before the cast (``_half``)
+        post = 1.0
+        if codec is not None and codec.prescale:  # a power of two per array before the cast (``_half``)
             ups, downs = _half.shared_factors(self.mpi_comm, src, scale,
                                               _stream.polite_wait if self.chunked.polite else None)
-            wire = state.wire()
+        elif codec is not None:  # bfloat16: float32's range; the owners scale the sums
+            ups = downs = [1.0] * len(src)
+            post = scale
         else:
             downs = [scale] * len(src)
+        if codec is not None:
+            wire = state.wire(codec)
         sync = state.sync
         _stage(plan[0], src, None)
         sync()
-        scratch = state.scratch(red_dtype)
-        poke = flight.poke if flight is not None else None
+        poke = flight.poke
         prev = None
         for k, chunk in enumerate(plan):
-            _sum_local(chunk, src, dst, downs, scratch, flight is None)
-            busy = flight is not None and chunk.own_region.size > 0
+            _sum_local(chunk, src, dst, downs, scratch, False)
+            busy = chunk.own_region.size > 0
             if busy:  # the link carries my share while the CPU stages and unpacks
-                flight.start(chunk.own_region if wire is None else _to_wire(chunk, ups, wire))
+                if wire is None:
+                    flight.start(chunk.own_region)
+                else:
+                    flight.start(_to_wire(chunk, ups, wire, codec), codec, post)
             if k + 1 < len(plan):
                 _stage(plan[k + 1], src, poke if busy else None)
             if busy:
@@ -205,11 +255,26 @@ class NodeReducer:
                     for j, a, b, acc, _, _ in chunk.own:
                         _write_back(dst[j][a:b], acc, downs[j])
                 else:
-                    _from_wire(chunk, downs, wire, dst)
+                    _from_wire(chunk, downs, wire, dst, codec)
             sync()
             prev = chunk
         _unpack(prev, dst, None if wire is not None else downs, None)
         sync()  # nobody stages the next group or call while a peer still reads this one
+
+
+def _mean_on_node(state, plan, src, dst, downs, scratch):
+    """The average of ranks that all share one node: stage, sum my share, barrier, unpack."""
+    sync = state.sync
+    _stage(plan[0], src, None)
+    sync()
+    last = len(plan) - 1
+    for k, chunk in enumerate(plan):
+        _sum_local(chunk, src, dst, downs, scratch, True)
+        if k < last:
+            _stage(plan[k + 1], src, None)
+        sync()
+        _unpack(chunk, dst, downs, None)
+    sync()  # nobody stages the next group or call while a peer still reads this one
 
 
 class _Shared:
@@ -245,9 +310,9 @@ class _Shared:
         n = self._scratch.size // dtype.itemsize * dtype.itemsize
         return self._scratch[:n].view(dtype)
 
-    def wire(self):
-        """Return a private float16 buffer as long (in elements) as one float32 share."""
-        return self._wire
+    def wire(self, codec):
+        """Return a private buffer of ``codec``'s words as long (in elements) as one float32 share."""
+        return self._wire.view(codec.storage)
 
     def views(self, dtype):
         """Return every local rank's segment viewed as ``dtype``."""
@@ -349,17 +414,17 @@ def _sum_local(chunk, src, dst, downs, scratch, write_back):
             _write_back(dst[j][a:b], acc, downs[j])
 
 
-def _to_wire(chunk, ups, wire):
-    """Cast my share's float32 node sums, times ``ups[j]``, into the float16 ``wire``; return its view."""
+def _to_wire(chunk, ups, wire, codec):
+    """Cast my share's float32 node sums, times ``ups[j]``, into ``wire`` (``codec``'s words); return its view."""
     for j, a, b, acc, _, off in chunk.own:
-        _half.scale_into(wire[off:off + b - a], acc, ups[j])
+        codec.encode(wire[off:off + b - a], acc, ups[j])
     return wire[:chunk.own_region.size]
 
 
-def _from_wire(chunk, downs, wire, dst):
-    """Write the cross-node float16 sums, times ``downs[j]``, into my segment (for peers) and my gradients."""
+def _from_wire(chunk, downs, wire, dst, codec):
+    """Write the cross-node sums, times ``downs[j]``, into my segment (for peers) and my gradients."""
     for j, a, b, acc, _, off in chunk.own:
-        _half.scale_into(acc, wire[off:off + b - a], downs[j])
+        codec.decode(acc, wire[off:off + b - a], downs[j])
         numpy.copyto(dst[j][a:b], acc, casting='unsafe')
 
 

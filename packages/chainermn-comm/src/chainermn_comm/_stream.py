@@ -18,6 +18,7 @@ import time
 
 import numpy
 
+from chainermn_comm import _codecs
 from chainermn_comm import _half
 
 __all__ = ['Piece', 'cut', 'run', 'SumOp', 'HalfSumOp', 'BcastOp', 'POKE_ELEMS', 'POLITE_PAUSE',
@@ -262,20 +263,23 @@ class SumOp(_Op):
 
 
 class HalfSumOp(_Op):
-    """Average in float16 on the wire, summed in float32 (see ``_half``): two phases per piece.
+    """Average with 16-bit words on the wire (float16 or bfloat16), summed in float32 (``_half``).
 
-    Phase 1 hands every rank all ranks' copies of its segment of the piece (``Ialltoallv``);
-    between the phases the owner adds them in float32 in rank order and rounds once; phase 2
-    gathers the segments back (``Iallgatherv``).  Values are multiplied by their array's
-    ``up`` factor (``1/size`` times a power of two, :meth:`use_factors`) as they are packed,
-    before the cast, and by its ``down`` factor as they are unpacked.
+    Two phases per piece: phase 1 hands every rank all ranks' copies of its segment of the
+    piece (``Ialltoallv``); between the phases the owner adds them in float32 in rank order,
+    multiplies by ``post`` and rounds once; phase 2 gathers the segments back
+    (``Iallgatherv``).  Values are multiplied by their array's ``up`` factor as they are
+    packed (float16: ``1/size`` times a power of two, :meth:`use_factors`) and by its
+    ``down`` factor as they are unpacked.
     """
 
     PHASES = 2
     LAG = 3
 
-    def __init__(self, comm, chunk, nslots):
-        super().__init__(comm, numpy.dtype(numpy.float16), chunk, nslots)
+    def __init__(self, comm, chunk, nslots, codec=None):
+        codec = codec or _codecs.FLOAT16
+        super().__init__(comm, codec.storage, chunk, nslots)
+        self.codec = codec
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
         share = chunk // self.size + 1
@@ -284,11 +288,14 @@ class HalfSumOp(_Op):
         self._wide = numpy.empty(share, dtype=numpy.float32)
         self._layouts = {}
         self._up = self._down = {}
+        self._post = 1.0
 
-    def use_factors(self, arrays, ups, downs):
-        """Set, for the next ``run``, the factor of every array (those given to ``cut``) before and after the wire."""
+    def use_factors(self, arrays, ups, downs, post=1.0):
+        """Set, for the next ``run``, the factor of every array (those given to ``cut``) before and
+        after the wire, and the factor of the owners' float32 sums."""
         self._up = {id(a): u for a, u in zip(arrays, ups)}
         self._down = {id(a): d for a, d in zip(arrays, downs)}
+        self._post = post
 
     def _layout(self, n):
         lay = self._layouts.get(n)
@@ -299,13 +306,13 @@ class HalfSumOp(_Op):
     def _parts_of(self, slot):
         parts = self._parts[slot]
         if parts is None:
-            parts = self._parts[slot] = numpy.empty(self.size * self._share, dtype=numpy.float16)
+            parts = self._parts[slot] = numpy.empty(self.size * self._share, dtype=self.dtype)
         return parts
 
     def prepare(self, piece, data, poke):
+        encode = self.codec.encode
         for a, s, n, off in piece.segs:
-            poke.apply(functools.partial(_half.scale_into, scale=self._up[id(a)]), data[off:off + n],
-                       a[s:s + n])
+            poke.apply(functools.partial(encode, scale=self._up[id(a)]), data[off:off + n], a[s:s + n])
 
     def start(self, phase, piece, slot, data):
         lay = self._layout(data.size)
@@ -315,13 +322,14 @@ class HalfSumOp(_Op):
         return _half.start_gather(self.comm, data, lay)
 
     def middle(self, piece, slot, data, poke):
-        _half.add_own(data, self._layout(data.size), self._parts_of(slot), self._wide, self.rank)
+        _half.add_own(data, self._layout(data.size), self._parts_of(slot), self._wide, self.rank,
+                      self.codec, self._post)
         poke()
 
     def finish(self, piece, data, poke):
+        decode = self.codec.decode
         for a, s, n, off in piece.segs:
-            poke.apply(functools.partial(_half.scale_into, scale=self._down[id(a)]), a[s:s + n],
-                       data[off:off + n])
+            poke.apply(functools.partial(decode, scale=self._down[id(a)]), a[s:s + n], data[off:off + n])
 
 
 class BcastOp(_Op):

@@ -12,6 +12,9 @@ here, never from comm's underscore modules (a test walks the sources for that).
 - :func:`guarded_call`: run a blocking call of a sibling package under a communicator's guard
   (agreement check, stall report, watchdog); a no-op for a raw mpi4py communicator.
 - :func:`nccl_dtype`: the NCCL data type of a NumPy dtype, or None (imports CuPy).
+- :class:`Tuner`, :func:`reducer_axes`, :func:`apply_reducer_config`, :func:`knobs_tunable`,
+  :func:`is_auto`, :data:`WIRE_AUTO`: tune an average on the job's own calls, the same on every
+  rank (``_tune``); :func:`grad_dtype`: a communicator's wire now, ``'auto'`` resolved.
 """
 
 from chainermn_comm._grad import ChunkedReducer
@@ -19,9 +22,25 @@ from chainermn_comm.guard import fail_together, guarded_call
 from chainermn_comm._shm_reduce import NodeReducer
 from chainermn_comm._stream import Pacer
 from chainermn_comm._topology import detect_topology
+from chainermn_comm._tune import AUTO as WIRE_AUTO
+from chainermn_comm._tune import Tuner, apply_reducer_config, is_auto, knobs_tunable, reducer_axes
 
 __all__ = ['ChunkedReducer', 'NodeReducer', 'Pacer', 'detect_topology', 'fail_together',
-           'guarded_call', 'nccl_dtype']
+           'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
+           'knobs_tunable', 'is_auto', 'WIRE_AUTO', 'grad_dtype']
+
+
+def grad_dtype(communicator):
+    """Return the wire of ``communicator``'s gradient average now (None: the gradients' dtype).
+
+    Its ``allreduce_grad_dtype``, with ``'auto'`` resolved to the plain path's current choice
+    (None until ``multi_node_mean_grad`` has tuned it).
+    """
+    wanted = getattr(communicator, 'allreduce_grad_dtype', None)
+    if not is_auto(wanted):
+        return wanted
+    tuned = getattr(communicator, '__dict__', {}).get('_tuned')
+    return None if tuned is None else tuned.dtype
 
 
 def nccl_dtype(dtype):

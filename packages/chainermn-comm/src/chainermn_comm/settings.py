@@ -16,7 +16,7 @@ import warnings
 
 from chainermn_comm.protocol import VARIABLES
 
-__all__ = ['read', 'check_environment', 'UnknownVariableWarning', 'TRUE_WORDS', 'FALSE_WORDS', 'TEST_PREFIX']
+__all__ = ['read', 'is_set', 'check_environment', 'UnknownVariableWarning', 'TRUE_WORDS', 'FALSE_WORDS', 'TEST_PREFIX']
 
 TRUE_WORDS = ('1', 'true', 'yes', 'on')
 FALSE_WORDS = ('0', 'false', 'no', 'off')
@@ -80,6 +80,12 @@ def read(name, default=None, environ=None):
     if raw is None or not raw.strip():
         return var.default if default is None else default
     return _parse(var, raw)
+
+
+def is_set(name, environ=None):
+    """Return whether ``name`` is set to a non-empty value (a user's choice that pins a knob)."""
+    VARIABLES[name]  # KeyError for names chainermn does not read
+    return bool((os.environ if environ is None else environ).get(name, '').strip())
 
 
 def check_environment(environ=None):

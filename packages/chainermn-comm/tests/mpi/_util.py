@@ -7,7 +7,7 @@ import os
 import numpy
 
 __all__ = ['NUMERIC', 'SENDABLE', 'make', 'assert_same', 'contig', 'expected_topology', 'reduce_expected',
-           'round_once', 'half_mean_expected']
+           'round_once', 'half_mean_expected', 'to_bf16', 'from_bf16', 'bf16_mean_expected']
 
 #: Every numeric dtype the communicators must handle (reductions included).
 NUMERIC = ('int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64',
@@ -100,3 +100,45 @@ def half_mean_expected(per_rank, nodes=None):
     up = numpy.float32(math.ldexp(1.0 / size, e))
     total = round_once([(p * up).astype(numpy.float16) for p in partial])
     return (total.astype(numpy.float32) * numpy.float32(math.ldexp(1.0, -e))).astype(dtype)
+
+
+def to_bf16(x):
+    """Round values (cast to float32 first) to bfloat16 words: nearest, ties to even; NaN to 0x7FC0 | sign."""
+    x = numpy.ascontiguousarray(x, dtype=numpy.float32)
+    u = x.view(numpy.uint32).astype(numpy.uint64)
+    words = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(numpy.uint16)
+    nan = numpy.isnan(x)
+    words[nan] = ((u[nan] >> 16) & 0x8000 | 0x7FC0).astype(numpy.uint16)
+    return words
+
+
+def from_bf16(words):
+    """Return the float32 values of bfloat16 words."""
+    return (numpy.asarray(words, dtype=numpy.uint16).astype(numpy.uint32) << 16).view(numpy.float32)
+
+
+def bf16_mean_expected(per_rank, nodes=None):
+    """Return the bfloat16-wire average of ``per_rank`` (one array per rank) bit for bit.
+
+    ``nodes`` as in :func:`half_mean_expected`.  Each node's float32 sum (each rank's value
+    alone when None) is rounded to bfloat16; the terms are added in float32 in node order,
+    multiplied by ``float32(1/size)``, rounded to bfloat16 once more and widened.  One node
+    sends nothing: its float32 sum times ``1/size`` is the result.
+    """
+    size = len(per_rank)
+    dtype = per_rank[0].dtype
+    if nodes is None:
+        nodes = [[q] for q in range(size)]
+    partial = []
+    for node in nodes:
+        total = per_rank[node[0]].astype(numpy.float32)
+        for q in node[1:]:
+            total = total + per_rank[q].astype(numpy.float32)
+        partial.append(total)
+    scale = numpy.float32(1.0 / size)
+    if len(nodes) == 1:
+        return (partial[0] * scale).astype(dtype)
+    total = from_bf16(to_bf16(partial[0]))
+    for p in partial[1:]:
+        total = total + from_bf16(to_bf16(p))
+    return from_bf16(to_bf16(total * scale)).reshape(per_rank[0].shape).astype(dtype)

@@ -65,18 +65,29 @@ def test_topology_and_type(name):
 
 @pytest.mark.parametrize('name', NAMES)
 @pytest.mark.parametrize('batched', [False, True])
-@pytest.mark.parametrize('grad_dtype', [None, numpy.float16, numpy.float32, numpy.float64])
+@pytest.mark.parametrize('grad_dtype', [None, numpy.float16, numpy.float32, numpy.float64, 'bfloat16', 'auto'])
 def test_allreduce_grad_values(name, batched, grad_dtype):
     c = get(name, batched_copy=batched, allreduce_grad_dtype=grad_dtype)
-    m = _model(c.rank)
-    c.allreduce_grad(m)
     size = c.size
-    for i, (k, p) in enumerate(sorted(m.namedparams())):
-        base = numpy.arange(p.grad.size, dtype=numpy.float64).reshape(p.grad.shape)
-        want = base * (size + 1) / 2.0 + i
-        assert isinstance(p.grad, cupy.ndarray) and p.grad.dtype == numpy.float32
-        tol = 2e-3 if grad_dtype == numpy.float16 else 1e-6
-        numpy.testing.assert_allclose(p.grad.get(), want, rtol=tol, atol=tol * 10, err_msg=k)
+    # 'auto' tunes over the first calls (float32, float16, bfloat16): every one averages.
+    for call in range(12 if grad_dtype == 'auto' else 1):
+        m = _model(c.rank)
+        c.allreduce_grad(m)
+        for i, (k, p) in enumerate(sorted(m.namedparams())):
+            base = numpy.arange(p.grad.size, dtype=numpy.float64).reshape(p.grad.shape)
+            want = base * (size + 1) / 2.0 + i
+            assert isinstance(p.grad, cupy.ndarray) and p.grad.dtype == numpy.float32
+            # bfloat16 keeps 8 significant bits: each term and the sum round by 2**-9 at most.
+            tol = {'bfloat16': 2.0 ** -7, 'auto': 2.0 ** -7}.get(grad_dtype, 2e-3 if grad_dtype == numpy.float16
+                                                                else 1e-6)
+            numpy.testing.assert_allclose(p.grad.get(), want, rtol=tol, atol=tol * 10, err_msg=k)
+    if grad_dtype == 'auto' and size > 1:
+        if name == 'naive':  # host staging: the host path's tuner (wire and knobs)
+            assert c._tuned.tuning.tuner.calls == 12
+        else:  # the device wire alone: a warm-up, then 3 wires in one or two rounds
+            tuner = c._device_wire_tuning.tuner
+            assert tuner.calls == 12 and tuner.history and 4 <= tuner.history[0][0] <= 7
+            assert sorted(tuner.history[0][1]['dtype']) == ['bfloat16', 'float16', 'float32']
 
 
 @pytest.mark.parametrize('name', NAMES)

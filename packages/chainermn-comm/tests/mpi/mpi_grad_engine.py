@@ -7,7 +7,7 @@ from mpi4py import MPI
 from chainermn_comm import _grad
 from chainermn_comm import _stream
 
-from _util import half_mean_expected
+from _util import bf16_mean_expected, half_mean_expected
 
 COMM = MPI.COMM_WORLD
 
@@ -73,7 +73,7 @@ def test_paths_give_identical_bits():
                 assert numpy.array_equal(a, b)
 
 
-@pytest.mark.parametrize('red', [None, numpy.float16])
+@pytest.mark.parametrize('red', [None, numpy.float16, 'bfloat16'])
 def test_polite_and_paced_waits_give_the_blocking_result(red):
     pacer = _stream.Pacer()
     results = []
@@ -182,3 +182,78 @@ def test_half_mean_of_even_integers_is_exact(dtype, descending):
     _grad.ChunkedReducer(COMM, chunk_bytes=4096, direct_bytes=1024).mean([a, b], dtype=numpy.float16)
     assert numpy.all(a == COMM.Get_size() + 1), a[:5]
     assert numpy.all(b == COMM.Get_size() + 1), b[:5]
+
+
+@pytest.mark.parametrize('chunk_bytes,direct_bytes', [(64, 1 << 30), (256, 128), (4 << 20, 0)])
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32, numpy.float64])
+def test_bf16_mean_adds_in_float32_in_rank_order(chunk_bytes, direct_bytes, dtype):
+    # Each rank's term is rounded to bfloat16, the owner adds them in float32 in rank order,
+    # scales by 1/size and rounds once: the same bits whatever the chunks.
+    size = COMM.Get_size()
+    arrays = _arrays(COMM.Get_rank() + 3, dtype, SHAPES)
+    _grad.ChunkedReducer(COMM, chunk_bytes=chunk_bytes, direct_bytes=direct_bytes).mean(
+        arrays, dtype='bfloat16')
+    for i, got in enumerate(arrays):
+        if size == 1:
+            assert numpy.array_equal(got, _arrays(3, dtype, SHAPES)[i])
+            continue
+        per_rank = [_arrays(r + 3, dtype, SHAPES)[i] for r in range(size)]
+        want = bf16_mean_expected(per_rank)
+        assert got.dtype == numpy.dtype(dtype)
+        assert numpy.array_equal(got, want), 'array {}: {} differ'.format(
+            i, int(numpy.count_nonzero(got != want)))
+        exact = sum(p.astype(numpy.float64) for p in per_rank) / size
+        top = max(float(numpy.abs(p).max()) for p in per_rank)
+        numpy.testing.assert_allclose(got, exact, rtol=2.0 ** -7, atol=top * 2.0 ** -8)
+
+
+@pytest.mark.parametrize('magnitude', [1e-30, 1e-7, 1e30])
+def test_bf16_mean_keeps_its_precision_at_any_magnitude(magnitude):
+    # bfloat16 has float32's range: no prescaling, no overflow, no subnormals in sight.
+    size = COMM.Get_size()
+    per_rank = [[a * numpy.float32(magnitude) for a in _arrays(r + 7, numpy.float32, SHAPES)]
+                for r in range(size)]
+    arrays = [a.copy() for a in per_rank[COMM.Get_rank()]]
+    _grad.ChunkedReducer(COMM, chunk_bytes=4096, direct_bytes=1024).mean(arrays, dtype='bfloat16')
+    for i, got in enumerate(arrays):
+        exact = sum(p[i].astype(numpy.float64) for p in per_rank) / size
+        top = max(float(numpy.abs(p[i]).max()) for p in per_rank)
+        assert numpy.all(numpy.isfinite(got)), i
+        numpy.testing.assert_allclose(got, exact, rtol=0, atol=top * 2.0 ** -7)
+
+
+def test_bf16_mean_lets_non_finite_values_through():
+    size, rank = COMM.Get_size(), COMM.Get_rank()
+    a = numpy.full(5000, 1e-3 * (rank + 1), dtype=numpy.float32)
+    if rank == 0:
+        a[5], a[7], a[9] = numpy.nan, numpy.inf, -numpy.inf
+        a[11] = numpy.frombuffer(numpy.uint32(0x7FFFFFFF).tobytes(), numpy.float32)[0]  # NaN whose rounding carries
+    _grad.ChunkedReducer(COMM, chunk_bytes=4096, direct_bytes=1024).mean([a], dtype='bfloat16')
+    assert numpy.isnan(a[5]) and a[7] == numpy.inf and a[9] == -numpy.inf and numpy.isnan(a[11])
+    rest = numpy.delete(a, [5, 7, 9, 11])
+    numpy.testing.assert_allclose(rest, 1e-3 * (size + 1) / 2, rtol=2.0 ** -7)
+    everyone = COMM.allgather(a)
+    assert all(numpy.array_equal(x, a, equal_nan=True) for x in everyone)
+
+
+@pytest.mark.parametrize('descending', [False, True])
+def test_bf16_mean_of_even_integers_is_exact(descending):
+    k = COMM.Get_size() - COMM.Get_rank() if descending else COMM.Get_rank() + 1
+    a = numpy.full(1001, 2.0 * k, dtype=numpy.float32)
+    b = numpy.full(300000, 2.0 * k, dtype=numpy.float32)
+    _grad.ChunkedReducer(COMM, chunk_bytes=4096, direct_bytes=1024).mean([a, b], dtype='bfloat16')
+    assert numpy.all(a == COMM.Get_size() + 1), a[:5]
+    assert numpy.all(b == COMM.Get_size() + 1), b[:5]
+
+
+@pytest.mark.parametrize('red', [None, numpy.float16, 'bfloat16'])
+def test_chunk_sizes_give_identical_bits(red):
+    # What the tuner may change (the chunk size) never changes the bits where it tunes it.
+    results = []
+    for chunk_bytes in (1 << 10, 1 << 16, 1 << 20):
+        arrays = _arrays(COMM.Get_rank() + 21, numpy.float32, SHAPES + [(70000,)])
+        _grad.ChunkedReducer(COMM, chunk_bytes=chunk_bytes).mean(arrays, dtype=red)
+        results.append(arrays)
+    if red is not None or COMM.Get_size() <= 2:
+        for other in results[1:]:
+            assert all(numpy.array_equal(a, b) for a, b in zip(results[0], other))

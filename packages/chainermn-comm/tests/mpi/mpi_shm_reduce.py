@@ -10,7 +10,7 @@ from chainermn_comm import _grad
 from chainermn_comm import _shm_reduce
 from chainermn_comm import _topology
 
-from _util import half_mean_expected
+from _util import bf16_mean_expected, half_mean_expected
 
 COMM = MPI.COMM_WORLD
 SHAPES = [(3,), (17, 5), (0,), (1000,), (4, 4, 4), (), (2500,), (1,), (64, 33)]
@@ -198,7 +198,8 @@ def test_half_mean_keeps_float16_precision_at_any_magnitude(magnitude):
 
 @pytest.mark.parametrize('descending', [False, True])
 @pytest.mark.parametrize('param_dtype,grad_dtype', [(numpy.float16, None),
-                                                    (numpy.float32, numpy.float16)])
+                                                    (numpy.float32, numpy.float16),
+                                                    (numpy.float32, 'bfloat16')])
 def test_half_gradient_mean_of_even_integers_is_exact(param_dtype, grad_dtype, descending):
     # Ranks hold 2, 4, 6 (or 6, 4, 2): adding 2.0 + 1.333 first in float16 gave 3.998 for 4.0.
     import chainer
@@ -213,3 +214,40 @@ def test_half_gradient_mean_of_even_integers_is_exact(param_dtype, grad_dtype, d
     for name, p in model.namedparams():
         assert p.grad.dtype == numpy.dtype(param_dtype), name
         assert numpy.all(p.grad == COMM.Get_size() + 1), (name, p.grad.ravel()[:4])
+
+
+@pytest.mark.parametrize('chunk_bytes', [64, 4096, 1 << 20])
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32])
+def test_bf16_mean_adds_in_float32(chunk_bytes, dtype):
+    """A node sums in float32; only the nodes' sums cross in bfloat16, added in float32 and rounded once."""
+    size = COMM.Get_size()
+    if size == 1:
+        pytest.skip('one rank: nothing is averaged')
+    arrays = _arrays(COMM.Get_rank() + 13, dtype)
+    _reducer(chunk_bytes).mean(arrays, dtype='bfloat16')
+    nodes = _nodes()
+    for i, got in enumerate(arrays):
+        want = bf16_mean_expected([_arrays(q + 13, dtype)[i] for q in range(size)], nodes)
+        assert numpy.array_equal(got, want), 'array {}: {} of {} differ'.format(
+            i, int(numpy.count_nonzero(got != want)), got.size)
+    _assert_same_on_every_rank(arrays)
+
+
+@pytest.mark.parametrize('red', [None, numpy.float16, 'bfloat16'])
+def test_knobs_the_tuner_turns_give_identical_bits(red):
+    """Shared-memory chunk sizes never change the bits; shared memory on or off does not with two
+    ranks and an exact wire (the only case the tuner switches it)."""
+    r = _reducer(None)
+    results = []
+    for shared, chunk in [(True, None), (True, 512 * 1024), (True, 2048 * 1024), (True, 1024 * 1024),
+                          (False, None)]:
+        r.configure(shared=shared, chunk_bytes=chunk)
+        arrays = _arrays(COMM.Get_rank() + 17, numpy.float32, SHAPES + [(400000,)])
+        r.mean(arrays, dtype=red)
+        results.append(arrays)
+    same = results[:4] if red is not None or COMM.Get_size() != 2 else results
+    for other in same[1:]:
+        assert all(numpy.array_equal(a, b) for a, b in zip(same[0], other))
+    with pytest.raises(ValueError, match='outside'):
+        r.configure(chunk_bytes=64 << 20)
+    r.free()

@@ -90,7 +90,7 @@ class DoubleBufferingReducer:
         self._mpi_comm = communicator.mpi_comm.Dup()
         # The same reducer as multi_node_mean_grad (node-shared memory first), so the bits match.
         self._reducer = engine.NodeReducer(self._mpi_comm, engine.detect_topology(self._mpi_comm))
-        self._red_dtype = getattr(communicator, 'allreduce_grad_dtype', None)
+        self._red_dtype = engine.grad_dtype(communicator)  # 'auto': the plain path's choice
         self._sig = None
         self._ready = None      # buffers holding averaged gradients of the previous iteration
         self._spare = None      # buffers free for the next copy

@@ -49,6 +49,7 @@ from chainer import _backprop_utils
 from chainermn_comm import CommunicationError, engine, protocol, settings, trace
 from chainermn_train import _buckets
 from chainermn_train import _overlap_device
+from chainermn_train import _overlap_tune
 from chainermn_train import _tracing
 
 __all__ = ['BackwardOverlap', 'BUCKET_ENV', 'DEFAULT_BUCKET_BYTES', 'MODE_ENV', 'MODES']
@@ -101,6 +102,7 @@ class BackwardOverlap:
     """
 
     def __init__(self, communicator, link, bucket_bytes=None, chunk_bytes=None):
+        bucket_pinned = bucket_bytes is not None or settings.is_set(BUCKET_ENV)
         if bucket_bytes is None:
             bucket_bytes = settings.read(BUCKET_ENV, default=DEFAULT_BUCKET_BYTES)
         if bucket_bytes < 1:
@@ -114,26 +116,39 @@ class BackwardOverlap:
             self._mpi_comm, topology, engine.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
         #: When host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
         self._setting = _mode_setting()  # MODE_ENV as set (may be empty), read once
-        self.mode = _pick_mode(topology.intra_size, self._setting)
-        # The background thread waits for the wire sleeping, not spinning in MPI: backward
-        # needs the core while a slow link carries the buckets.  The pause fits the link's
-        # rate: every test takes the interpreter lock from backward for a moment.
-        self._reducer.chunked.polite = engine.Pacer() if self.mode == 'thread' else False
+        self._pacer = engine.Pacer()
+        self.set_mode(_pick_mode(topology.intra_size, self._setting))
         self._stream = None  # the side CUDA stream of the device path, made on first use
         self._layout = None
         self._code = _backprop_frame_code()
         #: Parameters whose gradient was averaged while backward was still running, last call.
         self.early_params = 0
+        #: Chooses mode, bucket size, reducer knobs and ('auto') the wire by timing updates.
+        self.tuning = _overlap_tune.OverlapTuning(self, bucket_pinned)
+
+    def set_mode(self, mode):
+        """Average host buckets in ``mode`` ('thread', 'inline' or 'end') from the next call on."""
+        self.mode = mode
+        # The background thread waits for the wire sleeping, not spinning in MPI: backward
+        # needs the core while a slow link carries the buckets.  The pause fits the link's
+        # rate: every test takes the interpreter lock from backward for a moment.
+        self._reducer.chunked.polite = self._pacer if mode == 'thread' else False
 
     def run_backward(self, loss, **backward_kwargs):
         """Run ``loss.backward(**backward_kwargs)`` and average the gradients across ranks."""
         params = [p for _, p in sorted(self.link.namedparams(), key=lambda kv: kv[0])
                   if p.array is not None]
         group = self._device_group(params)
+        tuning = None
         if group is not None:
             dtype = params[0].array.dtype
         else:
-            dtype = None if self.mode == 'end' else self._flat_dtype(params)
+            dtype = self._flat_dtype(params)
+            tuning = self.tuning if dtype is not None and self.tuning.active else None
+            if tuning is not None:
+                tuning.begin()  # 'end' then runs through this object's reducer, timed like the others
+            elif self.mode == 'end':
+                dtype = None
         if dtype is None:  # one pass after backward: exactly multi_node_mean_grad, in place
             _tracing.backward(loss, backward_kwargs, _tracing.on_device(params))
             self.communicator.multi_node_mean_grad(self.link, zero_fill=True)
@@ -163,6 +178,8 @@ class BackwardOverlap:
             with guard('multi_node_mean_grad(overlap)', sig, key=0):
                 run.call = guard.collective_seq  # the buckets' trace events name this call
                 self._run(run, loss, backward_kwargs, params, layout, index, consumers, count)
+        if tuning is not None:
+            tuning.end()
 
     def free(self):
         """Release the duplicated MPI communicator and its shared memory (collective)."""
@@ -197,16 +214,17 @@ class BackwardOverlap:
         return dtypes.pop()
 
     def _wire_dtype(self):
-        """Return the dtype the sums run in: ``allreduce_grad_dtype`` if set, else None (the params')."""
-        wanted = getattr(self.communicator, 'allreduce_grad_dtype', None)
-        return None if wanted is None else numpy.dtype(wanted)
+        """Return the dtype the sums run in: ``allreduce_grad_dtype`` (``'auto'``: the tuner's choice)."""
+        return self.tuning.dtype
 
     def _layout_for(self, params, order, dtype, device=False):
         key = (dtype.str, tuple(order), tuple(p.array.shape for p in params))
         if device:
             key += ('device', getattr(getattr(params[0].array, 'device', None), 'id', None))
-        if self._layout is None or self._layout.key != key:
-            self._layout = _Layout(key, params, order, dtype, self.bucket_bytes, device=device)
+        old = self._layout
+        if old is None or old.key != key or old.bucket_bytes != self.bucket_bytes:
+            self._layout = _Layout(key, params, order, dtype, self.bucket_bytes, device=device,
+                                   flat=old.flat if old is not None and old.key == key else None)
         return self._layout
 
     def _check_same_layout(self, layout):
@@ -227,7 +245,7 @@ class BackwardOverlap:
         try:
             with hook:
                 _tracing.backward(loss, backward_kwargs, isinstance(run, _overlap_device.DeviceRun))
-            self.early_params = run.filled
+            self.early_params = 0 if getattr(run, 'mode', None) == 'end' else run.filled
             for i, p in enumerate(params):
                 if not run.done[i]:
                     run.on_final(i, p.grad)  # no consumer ran (unused, or zero_fill): zeros if None
@@ -242,8 +260,9 @@ class BackwardOverlap:
 class _Layout:
     """Where each parameter's gradient lives in the flat buffer, and the buckets."""
 
-    def __init__(self, key, params, order, dtype, bucket_bytes, device=False):
+    def __init__(self, key, params, order, dtype, bucket_bytes, device=False, flat=None):
         self.key = key
+        self.bucket_bytes = bucket_bytes
         # Ranks compare this checksum; the device id (key[3:]) differs between ranks on purpose.
         self.crc = zlib.crc32(repr(key[:3]).encode())
         sizes = [p.array.size for p in params]
@@ -263,7 +282,9 @@ class _Layout:
         if members:
             self.buckets.append(members)
         self.sizes = sizes
-        if device:
+        if flat is not None:  # only the buckets changed: keep the buffer (and its pages)
+            self.flat = flat
+        elif device:
             import cupy
             self.flat = cupy.empty(pos, dtype=dtype)
         else:

@@ -50,8 +50,8 @@ def device_group(communicator, params):
         return None
     dtype = dtypes.pop()
     wanted = getattr(communicator, 'allreduce_grad_dtype', None)
-    if wanted is not None and numpy.dtype(wanted) != dtype:
-        return None
+    if wanted not in (None, 'auto') and (isinstance(wanted, str) or numpy.dtype(wanted) != dtype):
+        return None  # another wire ('auto' keeps the gradients' dtype here: nothing is tuned on the device)
     from chainermn_comm.engine import nccl_dtype
     if nccl_dtype(dtype) is None:
         return None

@@ -35,7 +35,7 @@ def _pair(comm, dtype, seed):
     return a, b, x
 
 
-@pytest.mark.parametrize('grad_dtype', [None, numpy.float16, numpy.float64])
+@pytest.mark.parametrize('grad_dtype', [None, numpy.float16, numpy.float64, 'bfloat16'])
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 def test_identical_to_plain_path(dtype, grad_dtype):
     comm = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=grad_dtype)
@@ -107,11 +107,12 @@ def test_gradients_are_averaged_during_backward():
     ov.free()
 
 
+@pytest.mark.parametrize('wire', [numpy.float16, 'bfloat16'])
 @pytest.mark.parametrize('mode', ['thread', 'inline'])
-def test_float16_wire_is_averaged_during_backward_with_the_plain_bits(monkeypatch, mode):
+def test_16bit_wire_is_averaged_during_backward_with_the_plain_bits(monkeypatch, mode, wire):
     from chainermn_train import _overlap
     monkeypatch.setenv(_overlap.MODE_ENV, mode)
-    comm = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=numpy.float16)
+    comm = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=wire)
     a, b, x = _pair(comm, numpy.float32, 7)
     a.cleargrads()
     F.sum(a(x) ** 2).backward()
@@ -347,4 +348,65 @@ def test_graph_with_collectives_in_backward():
         assert numpy.array_equal(pa.grad, pb.grad), n
     if comm.size > 1 and ov.mode == 'inline':
         assert ov.early_params == 0  # averaged after backward
+    ov.free()
+
+
+def test_tuned_knobs_keep_the_plain_bits(monkeypatch):
+    """Mode, bucket size and the reducer's knobs change during the first updates: every update
+    has the bits of backward followed by multi_node_mean_grad (itself tuning its own knobs)."""
+    from chainermn_train import _overlap
+    monkeypatch.delenv(_overlap.MODE_ENV, raising=False)
+    monkeypatch.delenv(_overlap.BUCKET_ENV, raising=False)
+    comm = chainermn_comm.create_communicator('naive')
+    a, b, x = _pair(comm, numpy.float32, 9)
+    ov = BackwardOverlap(comm, b)
+    seen = set()
+    for it in range(24):
+        a.cleargrads()
+        F.sum(a(x * (it + 1)) ** 2).backward()
+        comm.multi_node_mean_grad(a, zero_fill=True)
+        b.cleargrads()
+        ov.run_backward(F.sum(b(x * (it + 1)) ** 2))
+        seen.add((ov.mode, ov.bucket_bytes))
+        for (n, pa), (_, pb) in zip(sorted(a.namedparams()), sorted(b.namedparams())):
+            assert numpy.array_equal(pa.grad, pb.grad), (it, n, ov.mode, ov.bucket_bytes)
+    if comm.size > 1:
+        tuner = ov.tuning.tuner
+        figures = tuner.history[0][1]
+        assert 'mode' in figures and ('bucket' in figures) == (tuner.choice['mode'] != 'end')
+        assert {m for m, _ in seen} == {'thread', 'inline', 'end'}
+        assert len(seen) == (3 if tuner.choice['mode'] == 'end' else 5)  # buckets: 3 sizes, 2 new
+        assert tuner.choice['mode'] in ('thread', 'inline', 'end')
+        everyone = comm.allgather_obj(sorted(tuner.choice.items(), key=repr))
+        assert all(e == everyone[0] for e in everyone)
+    ov.free()
+
+
+def test_auto_wire_averages_on_every_update(monkeypatch):
+    """'auto' tries float32, float16 and bfloat16 on the first updates: each is an average
+    within its own precision, and every rank ends with the same choice and the same bits."""
+    monkeypatch.setenv('CHAINERMN_TUNE', '0')  # the wire alone: a warm-up and 3 wires in 1 or 2 rounds
+    monkeypatch.setenv('CHAINERMN_SHM_REDUCE', '0')  # one node in shared memory has no wire to tune
+    comm = chainermn_comm.create_communicator('naive', allreduce_grad_dtype='auto')
+    model = Net()
+    comm.bcast_data(model)
+    ov = BackwardOverlap(comm, model)
+    x = numpy.random.RandomState(31 + comm.rank).standard_normal((4, 6)).astype(numpy.float32)
+    for it in range(16):
+        model.cleargrads()
+        F.sum(model(x) ** 2).backward()
+        local = {n: (p.grad.copy() if p.grad is not None else numpy.zeros_like(p.array))
+                 for n, p in model.namedparams()}
+        model.cleargrads()
+        ov.run_backward(F.sum(model(x) ** 2))
+        for n, p in model.namedparams():
+            allg = comm.allgather(local[n])
+            top = max(float(numpy.abs(g).max()) for g in allg) or 1.0
+            numpy.testing.assert_allclose(p.grad, numpy.mean(allg, axis=0), rtol=0, atol=top * 2.0 ** -6)
+            assert all(numpy.array_equal(g, p.grad) for g in comm.allgather(p.grad)), (it, n)
+    if comm.size > 1:
+        tuner = ov.tuning.tuner
+        assert 4 <= tuner.history[0][0] <= 7 and list(tuner.history[0][1]) == ['dtype']
+        assert sorted(tuner.history[0][1]['dtype']) == ['bfloat16', 'float16', 'float32']
+        assert ov.tuning.dtype in (None, numpy.dtype(numpy.float16), 'bfloat16')
     ov.free()

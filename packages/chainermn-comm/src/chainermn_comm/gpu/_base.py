@@ -4,6 +4,7 @@ import numpy
 
 from chainermn_comm import _arrays
 from chainermn_comm import _dtypes
+from chainermn_comm import _tune
 from chainermn_comm.guard import stable_code
 from chainermn_comm._mpi_base import (ArrayMessage, MpiCommunicatorBase, _Fail, _raise_if_failed,
                                       op_name)
@@ -79,10 +80,17 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         if comm.Get_rank() != root:
             b.set(host)
 
-    def _mpi_allreduce_dev(self, comm, arr, op='sum'):
-        """All-reduce contiguous device ``arr`` in place over MPI ``comm``."""
+    def _mpi_allreduce_dev(self, comm, arr, op='sum', wire=None):
+        """All-reduce contiguous device ``arr`` in place over MPI ``comm`` (``wire='bfloat16'``: its
+        uint16 words, which MPI sums widened to float32 and rounded once)."""
         mpi_op = _dtypes.reduction_op(op)
         if comm.Get_size() == 1:
+            return
+        if wire is not None:
+            import cupy
+            wide = _kernels.cast_scale(arr, cupy.empty(arr.size, numpy.float32), 1.0, src_name=wire)
+            self._mpi_allreduce_dev(comm, wide, op)
+            _kernels.cast_scale(wide, arr, 1.0, dst_name=wire)
             return
         if self.cuda_aware:
             from mpi4py import MPI
@@ -111,19 +119,38 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         for g in grads:
             self._check_device(g, 'allreduce_grad')
         scale = 1.0 / self.size
+        tuning = self._device_tuning()
+        grad_dtype = self.allreduce_grad_dtype if tuning is None else tuning.begin()['dtype']
+        if _tune.is_auto(grad_dtype):  # one rank: nothing crosses a wire
+            grad_dtype = None
         with self._guard.device_timed():  # while tracing: the GPU's time, not the host's
-            for buf_dtype, idx in _group(grads, self.allreduce_grad_dtype):
+            for buf_dtype, idx in _group(grads, grad_dtype):
                 arrays = [grads[i] for i in idx]
                 plan = self._packer.plan(arrays, buf_dtype, align=self._grad_align())
                 buf = self._packer.buffer(buf_dtype, plan.layout.padded, 'grad')
                 # Scale before any narrowing cast: float16 sums cannot overflow, small values survive.
                 self._packer.pack(arrays, buf, plan, scale=scale)
-                self._sum_buffer(buf, plan.layout)
+                self._sum_buffer(buf, plan.layout, _layout.BFLOAT16 if plan.buf_name == _layout.BFLOAT16
+                                 else None)
                 self._packer.unpack(buf, arrays, plan, scale=1.0)
+        if tuning is not None:
+            if tuning.timing:
+                self._sync()  # the time of the device work, not of queueing it
+            tuning.end()
 
-    def _sum_buffer(self, buf, layout):
-        """Sum the packed device buffer ``buf`` over all ranks in place."""
-        self._mpi_allreduce_dev(self._mpi_comm, buf, 'sum')
+    def _device_tuning(self):
+        """Return the tuner of the device wire (``allreduce_grad_dtype='auto'``), or None."""
+        if not _tune.is_auto(self.allreduce_grad_dtype) or self.size == 1:
+            return None
+        tuning = self.__dict__.get('_device_wire_tuning')
+        if tuning is None:
+            tuning = self.__dict__['_device_wire_tuning'] = _tune.CallTuning(
+                self._mpi_comm, 'multi_node_mean_grad(device)', _tune.wire_axes, {'dtype': None})
+        return tuning
+
+    def _sum_buffer(self, buf, layout, wire=None):
+        """Sum the packed device buffer ``buf`` over all ranks in place (``wire``: its words' type)."""
+        self._mpi_allreduce_dev(self._mpi_comm, buf, 'sum', wire)
 
     def _bcast_params(self, params):
         arrays = [p.array for p in params]
@@ -294,15 +321,19 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
 
 
 def _group(arrays, buf_dtype):
-    """Return [(buffer dtype, [indices])] sorted by dtype so every rank packs in the same order."""
+    """Return [(buffer dtype, [indices])] sorted by dtype so every rank packs in the same order.
+
+    The buffer dtype is a NumPy float dtype or ``'bfloat16'`` (the wire, held as uint16 words).
+    """
     groups = {}
+    bf16 = buf_dtype is not None and _layout.dtype_name(buf_dtype) == _layout.BFLOAT16
     for i, a in enumerate(arrays):
-        dt = numpy.dtype(buf_dtype) if buf_dtype is not None else a.dtype
-        if dt not in _layout.SUPPORTED_FLOATS or a.dtype not in _layout.SUPPORTED_FLOATS:
+        dt = _layout.BFLOAT16 if bf16 else numpy.dtype(buf_dtype) if buf_dtype is not None else a.dtype
+        if (not bf16 and dt not in _layout.SUPPORTED_FLOATS) or a.dtype not in _layout.SUPPORTED_FLOATS:
             raise TypeError('GPU gradient paths support float16/32/64 arrays; got {} (shape {})'.format(
                 a.dtype, a.shape))
         groups.setdefault(dt, []).append(i)
-    return sorted(groups.items(), key=lambda kv: kv[0].str)
+    return sorted(groups.items(), key=lambda kv: _layout.dtype_name(kv[0]))
 
 
 def _host_allreduce_inplace(comm, flat, mpi_op):

@@ -4,7 +4,7 @@ import numpy
 
 from chainermn_comm.gpu import _layout
 
-__all__ = ['GradPacker', 'BLOCK_THREADS', 'MAX_BLOCKS']
+__all__ = ['GradPacker', 'cast_scale', 'BLOCK_THREADS', 'MAX_BLOCKS']
 
 #: Threads per block of the batched kernel.
 BLOCK_THREADS = 256
@@ -18,7 +18,7 @@ _CNAME = {'float16': 'float16', 'float32': 'float', 'float64': 'double'}
 
 
 def _raw_kernel(src_dtype, dst_dtype, direction):
-    key = (numpy.dtype(src_dtype).name, numpy.dtype(dst_dtype).name, direction)
+    key = (_layout.dtype_name(src_dtype), _layout.dtype_name(dst_dtype), direction)
     k = _raw_kernels.get(key)
     if k is None:
         import cupy
@@ -29,35 +29,58 @@ def _raw_kernel(src_dtype, dst_dtype, direction):
 
 
 def _cast_scale_kernel(src_dtype, dst_dtype):
-    """Return an ElementwiseKernel ``y = (D)((W)x * s)`` for one (possibly strided) array."""
-    s = numpy.dtype(src_dtype)
-    d = numpy.dtype(dst_dtype)
-    key = (s.name, d.name)
+    """Return an ElementwiseKernel ``y = (D)((W)x * s)`` for one (possibly strided) array.
+
+    A bfloat16 side (uint16 words) reads and writes through the ``DEVICE_CODECS`` functions.
+    """
+    s = _layout.dtype_name(src_dtype)
+    d = _layout.dtype_name(dst_dtype)
+    key = (s, d)
     k = _elementwise.get(key)
     if k is None:
         import cupy
         _layout.ctype_of(s), _layout.ctype_of(d)
         wide = 'float64' if 'float64' in key else 'float32'
         wc = 'double' if wide == 'float64' else 'float'
-        k = cupy.ElementwiseKernel(
-            '{} x, {} s'.format(s.name, wide), '{} y'.format(d.name),
-            'y = ({})(({})x * s)'.format(_CNAME[d.name], wc),
-            'chainermn_cast_scale_{}_{}'.format(s.name, d.name))
+        bf = _layout.BFLOAT16
+        if bf in key:
+            if d == bf:
+                op = 'y = {}'.format(_layout.store_expr(bf, '({})x * s'.format(wc)))
+            else:
+                op = 'y = ({})(chainermn_bf2f(x) * s)'.format(_CNAME[d])
+            k = cupy.ElementwiseKernel(
+                '{} x, {} s'.format('uint16' if s == bf else s, wide),
+                '{} y'.format('uint16' if d == bf else d), op,
+                'chainermn_cast_scale_{}_{}'.format(s, d), preamble=_layout.DEVICE_CODECS)
+        else:
+            k = cupy.ElementwiseKernel(
+                '{} x, {} s'.format(s, wide), '{} y'.format(d),
+                'y = ({})(({})x * s)'.format(_CNAME[d], wc),
+                'chainermn_cast_scale_{}_{}'.format(s, d))
         _elementwise[key] = k
     return k
 
 
+def cast_scale(src, dst, scale=1.0, src_name=None, dst_name=None):
+    """Write device ``src * scale`` into ``dst``; ``*_name`` says a side is the bfloat16 wire."""
+    s = src_name or src.dtype
+    d = dst_name or dst.dtype
+    _cast_scale_kernel(s, d)(src, _scalar((s, d), scale), dst)
+    return dst
+
+
 def _scalar(dtype_pair, scale):
-    wide = numpy.float64 if any(numpy.dtype(t) == numpy.float64 for t in dtype_pair) else numpy.float32
+    wide = numpy.float64 if any(_layout.dtype_name(t) == 'float64' for t in dtype_pair) else numpy.float32
     return wide(scale)
 
 
 class _Plan:
     """Device-side tables of one layout: tile tables per source dtype and the pointer table."""
 
-    __slots__ = ('layout', 'groups', 'strided', 'ptrs_host', 'ptrs_dev')
+    __slots__ = ('layout', 'groups', 'strided', 'ptrs_host', 'ptrs_dev', 'buf_name')
 
-    def __init__(self, layout, groups, strided):
+    def __init__(self, layout, groups, strided, buf_name=None):
+        self.buf_name = buf_name  # the buffer's dtype name ('bfloat16' for its uint16 words)
         self.layout = layout
         self.groups = groups      # [(src dtype, device tiles, n_tiles)]
         self.strided = strided    # indices packed one by one (not C-contiguous)
@@ -77,10 +100,13 @@ class GradPacker:
         self.last_launches = 0
 
     def buffer(self, dtype, n, slot='grad'):
-        """Return a persistent device buffer of at least ``n`` elements of ``dtype`` (first ``n`` used)."""
+        """Return a persistent device buffer of at least ``n`` elements of ``dtype`` (first ``n`` used).
+
+        A ``'bfloat16'`` buffer holds uint16 words.
+        """
         import cupy
-        dt = numpy.dtype(dtype)
-        key = (slot, dt.str)
+        dt = _layout.storage_dtype(dtype)
+        key = (slot, _layout.dtype_name(dtype))
         buf = self._buffers.get(key)
         if buf is None or buf.size < n or buf.device.id != cupy.cuda.runtime.getDevice():
             buf = cupy.empty(max(int(n), 1), dtype=dt)
@@ -94,11 +120,12 @@ class GradPacker:
 
     def plan(self, arrays, buf_dtype, align=1):
         """Return the (cached) _Plan for ``arrays`` packed into a ``buf_dtype`` buffer."""
-        key = (numpy.dtype(buf_dtype).str, int(align),
+        key = (_layout.dtype_name(buf_dtype), int(align),
                tuple((a.size, a.dtype.str, bool(a.flags.c_contiguous)) for a in arrays))
         plan = self._plans.get(key)
         if plan is None:
             plan = self._make_plan(arrays, align)
+            plan.buf_name = key[0]
             if len(self._plans) > 64:
                 self._plans.clear()
             self._plans[key] = plan
@@ -159,7 +186,8 @@ class GradPacker:
             if plan.groups:
                 ptrs = self._pointers(plan, arrays)
                 for src_dtype, tiles, n_tiles in plan.groups:
-                    self._launch(src_dtype, buf.dtype, direction, ptrs, tiles, n_tiles, scale, buf)
+                    self._launch(src_dtype, plan.buf_name or buf.dtype, direction, ptrs, tiles, n_tiles,
+                                 scale, buf)
                     launches += 1
             todo = plan.strided
         else:
@@ -170,11 +198,12 @@ class GradPacker:
                 continue
             off = int(plan.layout.offsets[i])
             view = buf[off:off + a.size].reshape(a.shape)
-            factor = _scalar((a.dtype, buf.dtype), scale)
+            bname = plan.buf_name or buf.dtype
+            factor = _scalar((a.dtype, bname), scale)
             if direction == 'pack':
-                _cast_scale_kernel(a.dtype, buf.dtype)(a, factor, view)
+                _cast_scale_kernel(a.dtype, bname)(a, factor, view)
             else:
-                _cast_scale_kernel(buf.dtype, a.dtype)(view, factor, a)
+                _cast_scale_kernel(bname, a.dtype)(view, factor, a)
             launches += 1
         return launches
 

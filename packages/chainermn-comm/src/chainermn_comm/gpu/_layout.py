@@ -2,8 +2,9 @@
 
 import numpy
 
-__all__ = ['GradLayout', 'plan_layout', 'padded_size', 'rank_position', 'ctype_of',
-           'pack_kernel_source', 'TILE_ELEMS', 'SUPPORTED_FLOATS']
+__all__ = ['GradLayout', 'plan_layout', 'padded_size', 'rank_position', 'ctype_of', 'dtype_name',
+           'storage_dtype', 'pack_kernel_source', 'TILE_ELEMS', 'SUPPORTED_FLOATS', 'BFLOAT16',
+           'DEVICE_CODECS', 'load_expr', 'store_expr']
 
 #: Elements handled by one thread block of the batched pack/unpack kernel.
 TILE_ELEMS = 8192
@@ -11,7 +12,55 @@ TILE_ELEMS = 8192
 #: Floating dtypes gradients may be packed from or into.
 SUPPORTED_FLOATS = (numpy.dtype(numpy.float16), numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
-_STORAGE = {'float16': 'unsigned short', 'float32': 'float', 'float64': 'double'}
+#: The bfloat16 wire: packed buffers hold its 16-bit words as uint16 (CuPy has no bfloat16 dtype).
+BFLOAT16 = 'bfloat16'
+
+_STORAGE = {'float16': 'unsigned short', 'float32': 'float', 'float64': 'double',
+            BFLOAT16: 'unsigned short'}
+
+#: Device functions of the kernels: float16 through PTX ``cvt`` (no CUDA header needed);
+#: bfloat16 as the upper 16 bits of a float32, rounded to nearest even (NaN stays a quiet NaN).
+DEVICE_CODECS = r'''
+__device__ __forceinline__ unsigned short chainermn_f2h(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float chainermn_h2f(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short chainermn_f2bf(float f) {
+    unsigned int u;
+    asm("mov.b32 %0, %1;" : "=r"(u) : "f"(f));
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (unsigned short)(((u >> 16) & 0x8000u) | 0x7fc0u);
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float chainermn_bf2f(unsigned short h) {
+    float f;
+    unsigned int u = ((unsigned int)h) << 16;
+    asm("mov.b32 %0, %1;" : "=f"(f) : "r"(u));
+    return f;
+}
+'''
+
+
+def dtype_name(dtype):
+    """Return the name of a gradient or buffer dtype: a NumPy float name, or ``'bfloat16'``."""
+    if isinstance(dtype, str) and dtype.strip().lower() == BFLOAT16:
+        return BFLOAT16
+    if getattr(dtype, 'name', None) == BFLOAT16 or getattr(dtype, '__name__', None) == BFLOAT16:
+        return BFLOAT16
+    return numpy.dtype(dtype).name
+
+
+def storage_dtype(dtype):
+    """Return the NumPy dtype a buffer of ``dtype`` is allocated with (uint16 for bfloat16)."""
+    return numpy.dtype(numpy.uint16) if dtype_name(dtype) == BFLOAT16 else numpy.dtype(dtype)
 
 
 class GradLayout:
@@ -80,24 +129,30 @@ def rank_position(hosts, rank):
 
 
 def ctype_of(dtype):
-    """Return the C storage type the batched kernel uses for ``dtype`` (float16 as raw bits)."""
-    dt = numpy.dtype(dtype)
+    """Return the C storage type the batched kernel uses for ``dtype`` (16-bit formats as raw bits)."""
     try:
-        return _STORAGE[dt.name]
-    except KeyError:
-        raise ValueError('GPU gradient packing supports float16, float32 and float64; got {}'.format(dt))
+        return _STORAGE[dtype_name(dtype)]
+    except (KeyError, TypeError):
+        raise ValueError('GPU gradient packing supports float16, float32 and float64 (and the '
+                         'bfloat16 wire); got {}'.format(dtype))
 
 
-def _load(dt, expr, work):
-    if dt.name == 'float16':
+def load_expr(name, expr, work):
+    """Return C code reading ``expr`` of type ``name`` as ``work`` (float or double)."""
+    if name == 'float16':
         return '({})chainermn_h2f({})'.format(work, expr)
+    if name == BFLOAT16:
+        return '({})chainermn_bf2f({})'.format(work, expr)
     return '({})({})'.format(work, expr)
 
 
-def _store(dt, expr):
-    if dt.name == 'float16':
+def store_expr(name, expr):
+    """Return C code turning ``expr`` into a value of type ``name`` (its storage type)."""
+    if name == 'float16':
         return 'chainermn_f2h((float)({}))'.format(expr)
-    return '({})({})'.format(_STORAGE[dt.name], expr)
+    if name == BFLOAT16:
+        return 'chainermn_f2bf((float)({}))'.format(expr)
+    return '({})({})'.format(_STORAGE[name], expr)
 
 
 def pack_kernel_source(src_dtype, dst_dtype, direction):
@@ -106,36 +161,28 @@ def pack_kernel_source(src_dtype, dst_dtype, direction):
     ``direction`` is ``'pack'`` (arrays of ``src_dtype`` into a buffer of ``dst_dtype``) or
     ``'unpack'`` (buffer of ``dst_dtype`` into arrays of ``src_dtype``).  The kernel takes
     ``(ptrs, tiles, n_tiles, scale, buf)``; block ``b`` handles tiles ``b, b + gridDim.x, ...``.
-    Half precision goes through PTX ``cvt`` so no CUDA header is needed.
+    Half precision goes through PTX ``cvt`` and bfloat16 through integer rounding (``DEVICE_CODECS``),
+    so no CUDA header is needed.
     """
-    s = numpy.dtype(src_dtype)
-    d = numpy.dtype(dst_dtype)
-    ctype_of(s), ctype_of(d)
+    ctype_of(src_dtype), ctype_of(dst_dtype)
+    s, d = dtype_name(src_dtype), dtype_name(dst_dtype)
+    if s == BFLOAT16:
+        raise ValueError('bfloat16 is a wire format only: gradients must be float16, float32 or float64')
     if direction not in ('pack', 'unpack'):
         raise ValueError("direction must be 'pack' or 'unpack'; got {!r}".format(direction))
-    work = 'double' if 'float64' in (s.name, d.name) else 'float'
-    name = 'chainermn_{}_{}_{}'.format(direction, s.name, d.name)
+    work = 'double' if 'float64' in (s, d) else 'float'
+    name = 'chainermn_{}_{}_{}'.format(direction, s, d)
     if direction == 'pack':
-        body = 'buf[o + j] = {};'.format(_store(d, '{} * ({})scale'.format(
-            _load(s, 'arr[st + j]', work), work)))
+        body = 'buf[o + j] = {};'.format(store_expr(d, '{} * ({})scale'.format(
+            load_expr(s, 'arr[st + j]', work), work)))
         arr_decl = 'const {} *arr = (const {} *)ptrs[a];'.format(ctype_of(s), ctype_of(s))
         buf_decl = '{} *buf'.format(ctype_of(d))
     else:
-        body = 'arr[st + j] = {};'.format(_store(s, '{} * ({})scale'.format(
-            _load(d, 'buf[o + j]', work), work)))
+        body = 'arr[st + j] = {};'.format(store_expr(s, '{} * ({})scale'.format(
+            load_expr(d, 'buf[o + j]', work), work)))
         arr_decl = '{} *arr = ({} *)ptrs[a];'.format(ctype_of(s), ctype_of(s))
         buf_decl = 'const {} *buf'.format(ctype_of(d))
-    src = r'''
-__device__ __forceinline__ unsigned short chainermn_f2h(float f) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-__device__ __forceinline__ float chainermn_h2f(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
+    src = DEVICE_CODECS + r'''
 extern "C" __global__ void NAME(const unsigned long long *ptrs, const long long *tiles,
                                 long long n_tiles, double scale, BUF_DECL) {
     for (long long t = blockIdx.x; t < n_tiles; t += gridDim.x) {

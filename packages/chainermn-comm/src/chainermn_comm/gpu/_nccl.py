@@ -5,6 +5,7 @@ import time
 import numpy
 
 from chainermn_comm._errors import CommunicationError
+from chainermn_comm.gpu import _layout
 from chainermn_comm.gpu import _nccl_watch
 
 __all__ = ['NcclGroup', 'nccl_dtype', 'nccl_op', 'wait_stream', 'NCCL_OPS']
@@ -16,8 +17,13 @@ WAIT_FRACTION = 0.9
 
 
 def nccl_dtype(dtype):
-    """Return the NCCL data type constant for ``dtype``, or None if NCCL cannot reduce it."""
+    """Return the NCCL data type constant for ``dtype``, or None if NCCL cannot reduce it.
+
+    ``'bfloat16'`` (or ml_dtypes' bfloat16) is ``NCCL_BFLOAT16`` where CuPy has it (NCCL >= 2.10).
+    """
     from cupy.cuda import nccl
+    if _layout.dtype_name(dtype) == _layout.BFLOAT16:
+        return getattr(nccl, 'NCCL_BFLOAT16', None)
     table = {'int8': nccl.NCCL_INT8, 'uint8': nccl.NCCL_UINT8, 'int32': nccl.NCCL_INT32,
              'uint32': nccl.NCCL_UINT32, 'int64': nccl.NCCL_INT64, 'uint64': nccl.NCCL_UINT64,
              'float16': nccl.NCCL_FLOAT16, 'float32': nccl.NCCL_FLOAT32, 'float64': nccl.NCCL_FLOAT64}
@@ -172,9 +178,10 @@ class NcclGroup:
                                          self._abort)
 
     # -- collectives on contiguous device arrays ------------------------------
-    def allreduce(self, send, recv, op='sum', what='allreduce'):
-        """All-reduce ``send`` into ``recv`` (may be the same array)."""
-        dt, red = _dtype_op(send, op)
+    def allreduce(self, send, recv, op='sum', what='allreduce', dtype=None):
+        """All-reduce ``send`` into ``recv`` (may be the same array); ``dtype`` overrides the arrays'
+        (``'bfloat16'`` for uint16 words of that wire), as in :meth:`reduce` and :meth:`reduce_scatter`."""
+        dt, red = _dtype_op(send, op, dtype)
         self._call(what, lambda c, s: c.allReduce(send.data.ptr, recv.data.ptr, send.size, dt, red, s))
 
     def allreduce_async(self, buf, stream, op='sum', what='allreduce'):
@@ -187,9 +194,9 @@ class NcclGroup:
         self._call(what, lambda c, s: c.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dt, red, s),
                    stream=stream, watch=False)
 
-    def reduce(self, send, recv, root, op='sum', what='reduce'):
+    def reduce(self, send, recv, root, op='sum', what='reduce', dtype=None):
         """Reduce ``send`` into ``recv`` on ``root`` (``recv`` is ignored elsewhere)."""
-        dt, red = _dtype_op(send, op)
+        dt, red = _dtype_op(send, op, dtype)
         rptr = recv.data.ptr if recv is not None else send.data.ptr
         self._call(what, lambda c, s: c.reduce(send.data.ptr, rptr, send.size, dt, red, root, s))
 
@@ -199,9 +206,9 @@ class NcclGroup:
         nbytes = buf.size * buf.dtype.itemsize
         self._call(what, lambda c, s: c.bcast(buf.data.ptr, nbytes, nccl.NCCL_UINT8, root, s))
 
-    def reduce_scatter(self, send, recv, op='sum', what='reduce_scatter'):
+    def reduce_scatter(self, send, recv, op='sum', what='reduce_scatter', dtype=None):
         """Reduce ``send`` (``size * recv.size`` elements) and leave shard ``rank`` in ``recv``."""
-        dt, red = _dtype_op(send, op)
+        dt, red = _dtype_op(send, op, dtype)
         if send.size != recv.size * self.size:
             raise ValueError('reduce_scatter needs {} * {} elements; got {}'.format(
                 self.size, recv.size, send.size))
@@ -230,11 +237,13 @@ class NcclGroup:
         self.destroy()
 
 
-def _dtype_op(arr, op):
-    dt = nccl_dtype(arr.dtype)
+def _dtype_op(arr, op, dtype=None):
+    dt = nccl_dtype(arr.dtype if dtype is None else dtype)
     red = nccl_op(op)
     if dt is None:
-        raise TypeError('NCCL cannot reduce dtype {} (shape {})'.format(arr.dtype, arr.shape))
+        raise TypeError('NCCL cannot reduce dtype {} (shape {}){}'.format(
+            arr.dtype if dtype is None else dtype, arr.shape,
+            '; bfloat16 needs NCCL >= 2.10 and a CuPy that has NCCL_BFLOAT16' if dtype is not None else ''))
     if red is None:
         raise ValueError('NCCL supports the reductions {}; got {!r}'.format(', '.join(NCCL_OPS), op))
     return dt, red

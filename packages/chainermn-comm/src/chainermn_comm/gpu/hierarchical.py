@@ -23,19 +23,19 @@ class TwoLevelBase(GpuCommunicatorBase):
         free_comm(self._inter)
         super()._release()
 
-    def _inter_allreduce(self, arr, op):
+    def _inter_allreduce(self, arr, op, wire=None):
         if self._inter.Get_size() > 1:
-            self._mpi_allreduce_dev(self._inter, arr, op)
+            self._mpi_allreduce_dev(self._inter, arr, op, wire)
 
-    def _two_level_allreduce(self, arr, op, what):
+    def _two_level_allreduce(self, arr, op, what, wire=None):
         """NCCL reduce to intra rank 0, MPI all-reduce among those leaders, NCCL bcast back."""
-        self._intra.reduce(arr, arr, 0, op, what=what + ' (intra-node reduce)')
+        self._intra.reduce(arr, arr, 0, op, what=what + ' (intra-node reduce)', dtype=wire)
         if self.intra_rank == 0:
-            self._inter_allreduce(arr, op)
+            self._inter_allreduce(arr, op, wire)
         self._intra.bcast(arr, 0, what=what + ' (intra-node bcast)')
 
-    def _sum_buffer(self, buf, layout):
-        self._two_level_allreduce(buf, 'sum', 'allreduce_grad')
+    def _sum_buffer(self, buf, layout, wire=None):
+        self._two_level_allreduce(buf, 'sum', 'allreduce_grad', wire)
 
     def _device_allreduce(self, arr, op):
         if nccl_dtype(arr.dtype) is None or nccl_op(op) is None:

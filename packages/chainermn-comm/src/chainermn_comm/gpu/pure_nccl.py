@@ -18,8 +18,8 @@ class PureNcclCommunicator(GpuCommunicatorBase):
         self._nccl.close()
         super()._release()
 
-    def _sum_buffer(self, buf, layout):
-        self._nccl.allreduce(buf, buf, 'sum', what='allreduce_grad')
+    def _sum_buffer(self, buf, layout, wire=None):
+        self._nccl.allreduce(buf, buf, 'sum', what='allreduce_grad', dtype=wire)
 
     def _device_bcast(self, arr, root):
         self._nccl.bcast(arr, root, what='bcast')

@@ -22,13 +22,14 @@ class TwoDimensionalCommunicator(TwoLevelBase):
     def _grad_align(self):
         return self.intra_size
 
-    def _sum_buffer(self, buf, layout):
+    def _sum_buffer(self, buf, layout, wire=None):
         n = self.intra_size
         if n == 1:
-            self._inter_allreduce(buf, 'sum')
+            self._inter_allreduce(buf, 'sum', wire)
             return
         shard_len = buf.size // n
-        shard = self._packer.buffer(buf.dtype, shard_len, 'shard')
-        self._intra.reduce_scatter(buf, shard, 'sum', what='allreduce_grad (intra-node reduce_scatter)')
-        self._inter_allreduce(shard, 'sum')
+        shard = self._packer.buffer(wire or buf.dtype, shard_len, 'shard')
+        self._intra.reduce_scatter(buf, shard, 'sum', what='allreduce_grad (intra-node reduce_scatter)',
+                                   dtype=wire)
+        self._inter_allreduce(shard, 'sum', wire)
         self._intra.allgather(shard, buf, what='allreduce_grad (intra-node allgather)')

@@ -7,6 +7,7 @@ processes with ``Create_group``, so only the members take part, as with NCCL.
 
 import numpy
 
+from cupy._kernels import from_bf16, to_bf16
 from cupy._ndarray import host_view
 
 __all__ = ['NcclError', 'NcclCommunicator', 'get_unique_id', 'get_version', 'get_build_version',
@@ -20,7 +21,8 @@ NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN, NCCL_AVG = range(5)
 
 _DTYPES = {NCCL_INT8: numpy.int8, NCCL_UINT8: numpy.uint8, NCCL_INT32: numpy.int32,
            NCCL_UINT32: numpy.uint32, NCCL_INT64: numpy.int64, NCCL_UINT64: numpy.uint64,
-           NCCL_FLOAT16: numpy.float16, NCCL_FLOAT32: numpy.float32, NCCL_FLOAT64: numpy.float64}
+           NCCL_FLOAT16: numpy.float16, NCCL_FLOAT32: numpy.float32, NCCL_FLOAT64: numpy.float64,
+           NCCL_BFLOAT16: numpy.uint16}  # bfloat16 words; reductions add them widened to float32
 _TAG = 31000
 _serial = [0]
 
@@ -142,6 +144,11 @@ class NcclCommunicator:
         from mpi4py import MPI
         comm, dt = self._live(), _dtype(datatype)
         recv = host_view(recvbuf, count * dt.itemsize, dt)
+        if datatype == NCCL_BFLOAT16:
+            wide = from_bf16(host_view(sendbuf, count * 2, dt))
+            comm.Allreduce(MPI.IN_PLACE, wide, _mpi_op(op))
+            recv[...] = to_bf16(wide)
+            return
         if sendbuf == recvbuf:
             comm.Allreduce(MPI.IN_PLACE, recv, _mpi_op(op))
         else:
@@ -151,6 +158,13 @@ class NcclCommunicator:
         from mpi4py import MPI
         comm, dt = self._live(), _dtype(datatype)
         send = host_view(sendbuf, count * dt.itemsize, dt)
+        if datatype == NCCL_BFLOAT16:
+            wide = from_bf16(send)
+            comm.Reduce(MPI.IN_PLACE if comm.Get_rank() == root else wide, wide if comm.Get_rank() == root
+                        else None, _mpi_op(op), root=root)
+            if comm.Get_rank() == root:
+                host_view(recvbuf, count * 2, dt)[...] = to_bf16(wide)
+            return
         if comm.Get_rank() == root:
             recv = host_view(recvbuf, count * dt.itemsize, dt)
             comm.Reduce(MPI.IN_PLACE if sendbuf == recvbuf else send.copy(), recv, _mpi_op(op), root=root)
@@ -171,6 +185,11 @@ class NcclCommunicator:
     def reduceScatter(self, sendbuf, recvbuf, recvcount, datatype, op, stream):
         comm, dt = self._live(), _dtype(datatype)
         send = host_view(sendbuf, recvcount * self._size * dt.itemsize, dt).copy()
+        if datatype == NCCL_BFLOAT16:
+            part = numpy.empty(recvcount, numpy.float32)
+            comm.Reduce_scatter_block(from_bf16(send), part, _mpi_op(op))
+            host_view(recvbuf, recvcount * 2, dt)[...] = to_bf16(part)
+            return
         comm.Reduce_scatter_block(send, host_view(recvbuf, recvcount * dt.itemsize, dt), _mpi_op(op))
 
     def allGather(self, sendbuf, recvbuf, count, datatype, stream):

@@ -1,0 +1,190 @@
+"""Per-rank tests of the tuner (``_tune``): one schedule, one decision on every rank (run by test_tune_mpi.py)."""
+
+import logging
+import sys
+import types
+
+import numpy
+import pytest
+from mpi4py import MPI
+
+import chainermn_comm
+from chainermn_comm import _tune
+from chainermn_comm._errors import CommunicationError
+
+COMM = MPI.COMM_WORLD
+
+
+def _run(tuner, seconds_of):
+    """Drive ``tuner`` until its schedule ends; ``seconds_of(cfg)`` is this rank's time of a call."""
+    tuner.record(0.0)  # the warm-up call
+    calls = 1
+    while tuner.tuning:
+        cfg = tuner.config()
+        tuner.record(seconds_of(cfg))
+        calls += 1
+    return calls
+
+
+def test_the_slowest_rank_decides_and_every_rank_agrees():
+    # Rank 0 finds 'b' fastest, but on the last rank 'b' is the slowest: the slowest rank's
+    # times make 'c' the choice everywhere.
+    last = COMM.Get_size() - 1
+    times = {'a': 2.2, 'b': 1.0, 'c': 2.0}
+    tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('a', 'b', 'c'))], {'x': 'a'})
+    seen = []
+
+    def seconds(cfg):
+        seen.append(cfg['x'])
+        if COMM.Get_rank() == last and cfg['x'] == 'b' and COMM.Get_size() > 1:
+            return 9.0
+        return times[cfg['x']]
+    calls = _run(tuner, seconds)
+    if COMM.Get_size() > 1:
+        # Round 1 (slowest rank): a 2.2, b 9.0, c 2.0: b is out (more than DROP x c); round 2
+        # times the others again, in reverse order.
+        assert seen == ['a', 'b', 'c', 'c', 'a'] and calls == 6
+        assert tuner.history[0][1]['x'] == {'a': 2.2, 'b': 9.0, 'c': 2.0}
+    else:  # b 1.0 leaves a and c out after round 1
+        assert seen == ['a', 'b', 'c'] and calls == 4
+    assert tuner.choice == {'x': 'c' if COMM.Get_size() > 1 else 'b'}
+    assert tuner.history[0][0] == calls
+    assert COMM.allgather(tuner.choice) == [tuner.choice] * COMM.Get_size()
+
+
+def test_a_challenger_must_win_by_the_margin():
+    times = {'keep': 1.0, 'close': 1.0 - _tune.MARGIN / 2, 'far': 1.0 - 2 * _tune.MARGIN}
+    tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('keep', 'close'))], {'x': 'keep'})
+    _run(tuner, lambda cfg: times[cfg['x']])
+    assert tuner.choice['x'] == 'keep'
+    tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('keep', 'far'))], {'x': 'keep'})
+    _run(tuner, lambda cfg: times[cfg['x']])
+    assert tuner.choice['x'] == 'far'
+
+
+def test_axes_follow_each_other_and_skip_single_values():
+    order = []
+
+    def second(c):
+        order.append(('second sees', c['x']))
+        return (1, 2)
+    tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('p', 'q')), ('none', lambda c: ()), ('y', second)],
+                        {'x': 'p', 'y': 1})
+    _run(tuner, lambda cfg: {'p': 2.0, 'q': 1.0}[cfg['x']] + cfg['y'])
+    assert order == [('second sees', 'q')]  # the next axis starts from the choice so far
+    assert tuner.choice == {'x': 'q', 'y': 1}
+
+
+def test_rechecks_log_changes_once_and_trace(monkeypatch, caplog):
+    events = []
+    fake = types.ModuleType('chainermn_comm.trace')
+    fake.instant = lambda name, cat, args: events.append((name, cat, args))
+    monkeypatch.setitem(sys.modules, 'chainermn_comm.trace', fake)
+    monkeypatch.setattr(chainermn_comm, 'trace', fake, raising=False)
+    monkeypatch.setattr(_tune, 'RECHECK_FIRST', 12)
+    monkeypatch.setattr(_tune, 'RECHECK_EVERY', 10)
+    caplog.set_level(logging.INFO, logger='chainermn.tune')
+    fast = {'value': 'a'}
+    tuner = _tune.Tuner(COMM, 'recheck', [('x', lambda c: _tune._first(c['x'], ('a', 'b')))], {'x': 'a'})
+    tuner.record(0.0)
+    for call in range(30):
+        if call == 8:
+            fast['value'] = 'b'  # the link changed: 'b' is faster from now on
+        cfg = tuner.config()
+        tuner.record(1.0 if cfg['x'] == fast['value'] else 1.1)  # within DROP: two rounds each
+    ends = [h[0] for h in tuner.history]
+    assert ends == [5, 16, 30], ends  # 1 + 2 x 2 calls; then from call 12, and 10 after the last end
+    assert [h[2]['x'] for h in tuner.history] == ['a', 'b', 'b']
+    logged = [r.getMessage() for r in caplog.records if r.name == 'chainermn.tune']
+    if COMM.Get_rank() == 0:
+        assert len(logged) == 2 and 'x=a' in logged[0] and 'x=b' in logged[1], logged
+        assert 'next check at call 12' in logged[0]
+    else:
+        assert logged == []
+    assert [e[0] for e in events] == ['tune'] * 3 and [e[2]['changed'] for e in events] == [False, True, False]
+    assert events[1][2]['choice'] == {'x': 'b'} and set(events[1][2]['ms']['x']) == {'a', 'b'}
+
+
+def test_ranks_that_would_tune_different_values_all_raise():
+    values = ('a', 'b') if COMM.Get_rank() == 0 else ('a', 'c')
+    tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: values)], {'x': 'a'})
+    if COMM.Get_size() == 1:
+        tuner.record(0.0)
+        return
+    with pytest.raises(CommunicationError, match='tune x of test over different values'):
+        tuner.record(0.0)
+
+
+def _link(seed, shapes=((300, 200), (50,), (1000, 70))):
+    import chainer
+    rng = numpy.random.RandomState(seed)
+    link = chainer.Link()
+    with link.init_scope():
+        for i, s in enumerate(shapes):
+            setattr(link, 'p{}'.format(i), chainer.Parameter(rng.standard_normal(s).astype(numpy.float32)))
+    for _, p in link.namedparams():
+        p.grad = rng.standard_normal(p.shape).astype(numpy.float32)
+    return link
+
+
+@pytest.mark.parametrize('tune', ['1', '0'])
+def test_auto_over_mpi_messages_averages_and_decides(monkeypatch, tune):
+    monkeypatch.setenv('CHAINERMN_SHM_REDUCE', '0')  # a wire to choose even on one host
+    monkeypatch.setenv('CHAINERMN_TUNE', tune)
+    comm = chainermn_comm.create_communicator('naive', allreduce_grad_dtype='auto')
+    assert comm.allreduce_grad_dtype == 'auto'
+    size = comm.size
+    for call in range(30):
+        link = _link(comm.rank * 100 + call)
+        per_rank = [[p.grad.copy() for _, p in sorted(_link(r * 100 + call).namedparams())] for r in range(size)]
+        comm.multi_node_mean_grad(link)
+        for i, (_, p) in enumerate(sorted(link.namedparams())):
+            exact = sum(g[i].astype(numpy.float64) for g in per_rank) / size
+            top = max(float(numpy.abs(g[i]).max()) for g in per_rank)
+            numpy.testing.assert_allclose(p.grad, exact, rtol=0, atol=top * 2.0 ** -6)
+    tuned = comm._tuned
+    if size == 1:
+        assert tuned.tuning.tuner is None  # one rank: nothing to tune
+        return
+    history = tuned.tuning.tuner.history
+    assert history and sorted(history[0][1]['dtype']) == ['bfloat16', 'float16', 'float32']
+    knobs = set(history[0][1]) - {'dtype'}
+    # The MPI chunk is tuned with two ranks, or for a lossy wire; shared memory is off (pinned).
+    if tune == '0':
+        assert knobs == set()
+    elif size == 2 or tuned.dtype is not None:
+        assert knobs == {'chunk'}
+    assert COMM.allgather(_tune.label(tuned.dtype)) == [_tune.label(tuned.dtype)] * size
+
+
+def test_pinned_knobs_are_not_tuned(monkeypatch):
+    monkeypatch.setenv('CHAINERMN_SHM_REDUCE', '0')
+    monkeypatch.setenv('CHAINERMN_CHUNK_BYTES', str(1 << 20))
+    comm = chainermn_comm.create_communicator('naive')
+    for call in range(4):
+        comm.multi_node_mean_grad(_link(comm.rank + call))
+    if comm.size > 1:
+        tuner = comm._tuned.tuning.tuner
+        assert tuner.history == [(1, {}, {'dtype': None})]  # nothing left to tune
+        assert comm._reducer.chunked.chunk_bytes == 1 << 20
+
+
+def test_grad_dtype_arguments():
+    assert chainermn_comm.create_communicator('naive', allreduce_grad_dtype='bfloat16').allreduce_grad_dtype == 'bfloat16'
+    assert chainermn_comm.create_communicator('naive', allreduce_grad_dtype='AUTO').allreduce_grad_dtype == 'auto'
+    with pytest.raises(ValueError, match="'bfloat16'.*'auto'"):
+        chainermn_comm.create_communicator('naive', allreduce_grad_dtype='bf16')
+
+
+def test_each_set_of_gradients_has_its_own_schedule(monkeypatch):
+    monkeypatch.setenv('CHAINERMN_SHM_REDUCE', '0')
+    comm = chainermn_comm.create_communicator('naive')
+    small, big = _link(comm.rank, ((40, 30),)), _link(comm.rank, ((300, 200), (7,)))
+    for call in range(16):
+        comm.multi_node_mean_grad(small if call % 2 else big)
+    if comm.size == 1:
+        return
+    tunings = comm._tuned._by_sizes
+    assert sorted(tunings) == [(1, 1200), (2, 60007)]
+    for sizes, tuning in tunings.items():
+        assert tuning.tuner.calls == 8 and tuning.tuner.history, sizes

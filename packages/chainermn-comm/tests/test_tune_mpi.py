@@ -1,0 +1,12 @@
+import os
+
+import pytest
+
+from chainermn_comm.testing import run_pytest_under_mpi
+
+HERE = os.path.dirname(__file__)
+
+
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_tune(n):
+    run_pytest_under_mpi(os.path.join(HERE, 'mpi', 'mpi_tune.py'), n, timeout=240)

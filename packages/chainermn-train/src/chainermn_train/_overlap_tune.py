@@ -1,0 +1,76 @@
+"""Tune ``overlap=True`` on the job's own updates: wire format, mode, bucket size, reducer knobs.
+
+The schedule and the agreement are comm's (``chainermn_comm.engine.Tuner``): the first update
+warms up with the defaults, then each axis is timed over a few whole ``run_backward`` calls
+(backward and the average it hides, the slowest rank's time) and the fastest value kept, the
+same on every rank.  Axes, in order: the wire format (``allreduce_grad_dtype='auto'``), the
+mode (``thread``, ``inline``, ``end``), the bucket size (not for ``end``), then the node
+reducer's knobs (shared memory, chunk sizes; see ``chainermn_comm._tune``).  None of them
+changes the bits of the average (tested), except the wire, which ``'auto'`` allows.
+``CHAINERMN_OVERLAP_MODE`` and ``CHAINERMN_OVERLAP_BUCKET_BYTES`` pin theirs;
+``CHAINERMN_TUNE=0`` pins every knob.
+"""
+
+from chainermn_comm import engine, protocol, settings
+
+__all__ = ['OverlapTuning', 'MODE_CHOICES', 'BUCKET_CHOICES']
+
+#: When host buckets may be averaged (see ``_overlap.MODES``).
+MODE_CHOICES = ('thread', 'inline', 'end')
+#: Bucket sizes the tuner may choose from.
+BUCKET_CHOICES = (1 << 20, 4 << 20, 16 << 20)
+
+
+def _first(current, values):
+    return (current,) + tuple(v for v in values if v != current)
+
+
+class OverlapTuning:
+    """The tuner of one :class:`~chainermn_train._overlap.BackwardOverlap` (host gradients)."""
+
+    def __init__(self, overlap, bucket_pinned):
+        self.overlap = overlap
+        comm = overlap.communicator
+        self.grad_dtype = getattr(comm, 'allreduce_grad_dtype', None)
+        knobs = engine.knobs_tunable()
+        self.bucket_pinned = bucket_pinned or not knobs
+        self.mode_pinned = settings.is_set(protocol.OVERLAP_MODE_ENV) or not knobs
+        self.active = overlap._mpi_comm.Get_size() > 1 and (
+            engine.is_auto(self.grad_dtype) or knobs)
+        self.tuner = None
+        self.dtype = None if engine.is_auto(self.grad_dtype) else self.grad_dtype
+
+    def _axes(self):
+        ov = self.overlap
+        axes = engine.reducer_axes(ov._reducer, self.grad_dtype, engine.knobs_tunable())
+        rest = axes[1:] if engine.is_auto(self.grad_dtype) else axes
+        mine = axes[:len(axes) - len(rest)]
+        if not self.mode_pinned:
+            mine.append(('mode', lambda c: _first(ov.mode, MODE_CHOICES)))
+        if not self.bucket_pinned:
+            mine.append(('bucket', lambda c: () if c.get('mode', ov.mode) == 'end'
+                         else _first(ov.bucket_bytes, BUCKET_CHOICES)))
+        return mine + rest
+
+    def begin(self):
+        """Set the configuration of this call (mode, bucket size, knobs, wire) and start its clock."""
+        if self.tuner is None:
+            return  # the first call warms up with the defaults
+        cfg = self.tuner.config()
+        ov = self.overlap
+        self.dtype = engine.apply_reducer_config(ov._reducer, cfg)
+        ov.bucket_bytes = cfg.get('bucket', ov.bucket_bytes)
+        ov.set_mode(cfg.get('mode', ov.mode))
+
+    def end(self):
+        """Record this call's time; after the first call, set up the schedule (collective)."""
+        if self.tuner is None:
+            initial = {'dtype': self.dtype, 'mode': self.overlap.mode, 'bucket': self.overlap.bucket_bytes}
+            self.tuner = engine.Tuner(self.overlap._mpi_comm, 'multi_node_mean_grad(overlap)',
+                                      self._axes(), initial)
+            self.tuner.record(0.0)
+            return
+        was = self.tuner.tuning
+        self.tuner.record()
+        if was and not self.tuner.tuning:
+            self.overlap._reducer.release_unused()  # the buffers of chunk sizes not chosen
