@@ -68,3 +68,15 @@ def test_trace_and_straggler_across_two_nodes(cluster2, tmp_path, record_figure)
                                   and e['args']['collective'] == 'allreduce_grad') for r in (0, 1)}
     assert waits[0] > 20000 > waits[1], waits
     assert [e['args']['rank'] for e in events if e['name'] == 'straggler'] == [1]
+
+    # The report reads the same files and names the same rank, its node and where its time goes.
+    import subprocess
+    import sys
+    rep = subprocess.run([sys.executable, '-m', 'chainermn', 'trace', str(trace_dir)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    out = rep.stdout.decode(errors='replace')
+    assert rep.returncode == 0, out
+    named = re.findall(r'^straggler: rank (\d+) \((\S+)\) arrives .* its extra time is in (\w+)', out,
+                       re.M)
+    assert named == [('1', 'node1', 'data')], out
+    assert (trace_dir / 'trace.png').stat().st_size > 20000
