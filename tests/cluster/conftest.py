@@ -1,58 +1,20 @@
-"""Fixtures for tests on a cluster of namespaces: skip (naming what is missing) where none can be made."""
+"""Fixtures for tests on a cluster of namespaces: the tools' own (one definition), loaded by path.
 
-import functools
+``require_cluster`` skips every test here, naming what is missing, where no cluster can be made;
+``make_cluster``, ``cluster2`` and ``record_figure`` as in packages/chainermn-tools/tests/cluster.
+"""
 
-import pytest
+import importlib.util
+import os
 
-_TIMES = []
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, 'packages',
+                     'chainermn-tools', 'tests', 'cluster', 'conftest.py')
+_spec = importlib.util.spec_from_file_location('chainermn_tools_cluster_fixtures', _PATH)
+_fixtures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fixtures)
 
-
-@functools.lru_cache(maxsize=None)
-def _missing():
-    from chainermn.cluster import missing
-    return tuple(missing(need_tc=True))
-
-
-@pytest.fixture(scope='session', autouse=True)
-def require_cluster():
-    """Skip every test here, naming what is missing, when this machine cannot build a cluster."""
-    problems = _missing()
-    if problems:
-        pytest.skip('cannot build a cluster of namespaces here; missing: ' + '; '.join(problems))
-
-
-@pytest.fixture
-def make_cluster():
-    """Return ``make(nodes=2, **kwargs)`` that starts a Cluster, removed at the end of the test."""
-    from chainermn.cluster import Cluster
-    made = []
-
-    def make(nodes=2, **kwargs):
-        cluster = Cluster(nodes=nodes, **kwargs).start()
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.close()
-
-
-@pytest.fixture
-def cluster2(make_cluster):
-    """A 2-node cluster."""
-    return make_cluster(2)
-
-
-@pytest.fixture
-def record_figure():
-    """Return ``record(case, seconds, note='')`` that stores a measured figure for the run's summary."""
-    def record(case, seconds, note=''):
-        _TIMES.append((case, seconds, note))
-    return record
-
-
-def pytest_terminal_summary(terminalreporter):
-    if _TIMES:
-        terminalreporter.section('cluster of namespaces: measured figures')
-        for case, seconds, note in _TIMES:
-            terminalreporter.write_line('{:<52} {:8.2f}  {}'.format(case, seconds, note))
+require_cluster = _fixtures.require_cluster
+make_cluster = _fixtures.make_cluster
+cluster2 = _fixtures.cluster2
+record_figure = _fixtures.record_figure
+pytest_terminal_summary = _fixtures.pytest_terminal_summary

@@ -212,7 +212,7 @@ class Cluster(object):
 
     def mpiexec_command(self, argv, ranks_per_node=1, mpiexec=None):
         """Return the full ``mpiexec`` argv that runs ``argv`` as nodes x ``ranks_per_node`` ranks."""
-        from chainermn_tools._mpiexec import find_mpiexec
+        from chainermn_comm.mpirun import find_mpiexec
         mpiexec = mpiexec or find_mpiexec()
         _support.require_hydra(mpiexec)
         return ([mpiexec, '-n', str(self.size * ranks_per_node)]
@@ -224,7 +224,7 @@ class Cluster(object):
 
         On timeout every process left on the nodes is killed.
         """
-        from chainermn_tools._mpiexec import run_mpi
+        from chainermn_comm.mpirun import run_mpi
         self._jobs += 1
         tag = '{}.{}.{}'.format(self.prefix, os.getpid(), self._jobs)
         env = dict(env or {}, **{JOB_ENV: tag})

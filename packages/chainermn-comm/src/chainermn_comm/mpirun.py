@@ -1,4 +1,8 @@
-"""Find the venv's ``mpiexec`` and run a job under it with a hard timeout (the tools' own launcher)."""
+"""Run a command under ``mpiexec -n N`` in its own session; kill the whole session on timeout.
+
+Used by the tests of every package (:mod:`chainermn_comm.testing`) and by the tools
+(``chainermn_tools.cluster``): one implementation of "start MPI ranks, never wait forever".
+"""
 
 import collections
 import os
@@ -22,8 +26,8 @@ def find_mpiexec():
         return here
     found = shutil.which('mpiexec')
     if found is None:
-        raise RuntimeError('mpiexec not found: install an MPI (`pip install mpich`) or put your '
-                           'MPI\'s bin directory on PATH')
+        raise RuntimeError('mpiexec not found: install an MPI (e.g. `pip install mpich mpi4py`) '
+                           'or put your MPI\'s bin directory on PATH')
     return found
 
 
@@ -34,7 +38,8 @@ def _kill_session(proc):
         pass
 
 
-def run_mpi(args, n, timeout=120, env=None, cwd=None, mpiexec_args=(), python=True, on_start=None):
+def run_mpi(args, n, timeout=120, env=None, cwd=None, mpiexec_args=(), python=True,
+            on_start=None):
     """Run ``[python] args...`` under ``mpiexec -n n``; return an MpiResult, killing all ranks on timeout.
 
     ``on_start(proc)`` is called once the launcher runs (e.g. to send signals from a test).
@@ -45,9 +50,10 @@ def run_mpi(args, n, timeout=120, env=None, cwd=None, mpiexec_args=(), python=Tr
     cmd += [str(a) for a in args]
     full_env = dict(os.environ)
     full_env.setdefault('PYTHONUNBUFFERED', '1')
-    # Why: fail fast instead of waiting for the default 30-minute watchdog.
+    # Fail fast instead of waiting for the default 30-minute watchdog.
     full_env.setdefault(TIMEOUT_ENV, str(max(10, int(timeout) - 5)))
-    full_env.update({k: str(v) for k, v in (env or {}).items()})
+    if env:
+        full_env.update({k: str(v) for k, v in env.items()})
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env,
                             cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL)
