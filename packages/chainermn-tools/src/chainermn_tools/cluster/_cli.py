@@ -9,7 +9,7 @@ import time
 
 from chainermn_tools.cluster._cluster import Cluster
 from chainermn_tools.cluster._support import ClusterUnavailable, require_hydra
-from chainermn_tools._mpiexec import find_mpiexec
+from chainermn_comm.mpirun import find_mpiexec
 
 __all__ = ['main']
 
