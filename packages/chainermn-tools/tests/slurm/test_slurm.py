@@ -202,19 +202,26 @@ def test_sbatch_requeue_resumes_bitwise(cluster, tmp_path):
           'both ranks at iteration {} (output: {})'.format(GATE, out_file))
     start = time.monotonic()
     assert cluster.run(['scontrol', 'requeue', job]).returncode == 0
-    # Slurm makes a requeued batch job eligible only ~2 minutes later; start it as soon as the
-    # nodes have finished the first run (earlier, the new run meets the revoked credential).
-    wait(lambda: _job_field(cluster, job, 'JobState') == 'PENDING' and
-          set(cluster.daemons.node_states().values()) == {'idle'}, 120,
-          'job {} pending on idle nodes'.format(job))
-    assert cluster.run(['scontrol', 'update', 'JobId=' + job, 'StartTime=now']).returncode == 0
-    state = wait(lambda: _job_field(cluster, job, 'JobState') in ('COMPLETED', 'FAILED', 'CANCELLED')
-                  and _job_field(cluster, job, 'JobState'), 300, 'job {} to finish'.format(job))
+    for attempt in range(2):
+        # Slurm makes a requeued batch job eligible only ~2 minutes later; start it as soon as the
+        # nodes have finished the run before (earlier, the new run meets the revoked credential).
+        wait(lambda: _job_field(cluster, job, 'JobState') == 'PENDING' and
+              set(cluster.daemons.node_states().values()) == {'idle'}, 120,
+              'job {} pending on idle nodes'.format(job))
+        assert cluster.run(['scontrol', 'update', 'JobId=' + job, 'StartTime=now']).returncode == 0
+        state = wait(lambda: _job_field(cluster, job, 'JobState') in ('COMPLETED', 'FAILED', 'CANCELLED')
+                      and _job_field(cluster, job, 'JobState'), 300, 'job {} to finish'.format(job))
+        text = out_file.read_text()
+        if state == 'COMPLETED' or re.search(r'restart=[1-9]', text):
+            break
+        # Slurm failed to launch the requeued script (it printed nothing; seen once on a busy
+        # machine): that is Slurm's launch, not what this test is about.  Requeue it once more.
+        assert cluster.run(['scontrol', 'requeue', job]).returncode == 0
     _TIMES['requeue to finished'] = time.monotonic() - start
-    text = out_file.read_text()
     assert state == 'COMPLETED', text
-    assert _job_field(cluster, job, 'Restarts') == '1'
-    first, second = text.split('restart=1')
+    restarts = _job_field(cluster, job, 'Restarts')
+    assert restarts in ('1', '2'), text
+    first, second = text.split('restart={}'.format(restarts))
     assert 'restart=0' in first
     for r in range(2):
         assert 'rank {}: preempted (this rank received SIGTERM); all ranks stop at iteration {}; ' \

@@ -33,6 +33,8 @@ def main(argv=None):
     p.add_argument('iters', type=int)
     p.add_argument('--slow-rank', type=int, default=-1)
     p.add_argument('--sleep', type=float, default=0.0)
+    p.add_argument('--all-sleep', type=float, default=0.0,
+                   help='every rank sleeps this long in its converter (a balanced, slower data path)')
     p.add_argument('--overlap', action='store_true')
     p.add_argument('--double', action='store_true')
     p.add_argument('--raise-at', type=int, default=0)
@@ -61,6 +63,8 @@ def main(argv=None):
     def convert(batch, device=None):
         if comm.rank == args.slow_rank:
             time.sleep(args.sleep)  # this rank's data path is slow
+        if args.all_sleep:
+            time.sleep(args.all_sleep)  # iterations long enough that scheduling jitter is no straggler
         return chainer.dataset.concat_examples(batch, device)
 
     def loss(xb, yb):
