@@ -60,6 +60,13 @@ def test_bf16_rounds_to_nearest_even_and_keeps_nan():
     assert back[11] == 0.0 and back[12] == SPECIAL[12]
 
 
+def test_bf16_widening_of_every_word_is_the_shift_by_16():
+    words = numpy.arange(1 << 16, dtype=numpy.uint32).astype(numpy.uint16)
+    wide = numpy.empty(words.size, numpy.float32)
+    _codecs.bf16_decode(wide, words)  # NaN payloads and signs included, in both modes
+    assert numpy.array_equal(wide.view(numpy.uint32), words.astype(numpy.uint32) << 16)
+
+
 @pytest.mark.parametrize('n', [1, _codecs.BLOCK - 1, _codecs.BLOCK + 3, 3 * _codecs.BLOCK])
 def test_bf16_matches_the_reference_across_blocks(n):
     rng = numpy.random.RandomState(n)

@@ -12,7 +12,8 @@ how the owner of a segment adds the ranks' terms in float32:
   ml_dtypes, JAX and TensorFlow round it); infinities and overflow round as IEEE does.  The
   ``1/size`` of the average multiplies the float32 sum, once, before it is rounded for the way
   back, so each term costs one rounding and the unpack is a plain shift.  Where the optional
-  ml_dtypes package is installed, its cast (the same bits, about twice as fast) does the rounding.
+  ml_dtypes package is installed, its casts (the same bits, NaN included) do the rounding and the
+  widening: 2.7x and 3x faster than NumPy's integer passes.
 
 Work is done in blocks of ``BLOCK`` elements through per-thread scratch buffers, so that a
 conversion's passes stay in cache.
@@ -99,8 +100,18 @@ def bf16_encode(dst, src):
 
 
 def bf16_decode(dst, src):
-    """Widen uint16 bfloat16 words ``src`` into float32 ``dst`` (exact: a shift by 16)."""
-    numpy.left_shift(src, 16, out=dst.view(_U32), dtype=_U32)
+    """Widen uint16 bfloat16 words ``src`` into float32 ``dst`` (exact: a shift by 16).
+
+    With ml_dtypes installed its cast does it (the same bits, NaN payloads included, about three
+    times faster than NumPy's widening shift).
+    """
+    ml = _ml_bfloat16()
+    if ml is not None:
+        numpy.copyto(dst, src.view(ml), casting='unsafe')
+        return
+    wide = dst.view(_U32)
+    numpy.copyto(wide, src, casting='unsafe')  # a plain widening copy, then an in-place shift:
+    numpy.left_shift(wide, 16, out=wide)         # faster than one shift that casts as it goes
 
 
 class Codec:

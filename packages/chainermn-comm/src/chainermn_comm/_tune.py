@@ -4,12 +4,14 @@ A :class:`Tuner` runs a fixed schedule over the first calls of a gradient averag
 warm-up (buffers, shared memory, page faults) with the defaults.  Then, one *axis* at a time
 (the wire format when ``allreduce_grad_dtype='auto'``, shared memory on or off, the shared-memory
 chunk, the MPI chunk; the overlap path adds its mode and bucket size), every value of the axis
-is timed in up to ``SAMPLES`` rounds of one call each (later rounds in reverse order), the other
+is timed in up to ``SAMPLES`` rounds of one call each (rounds alternate direction), the other
 axes held at their current choice.  After each round one ``Allreduce(MAX)`` of the local times
-gives every rank the slowest rank's times; a value more than ``DROP`` times slower than the
-fastest is not timed again (a float16 wire on a fast link costs one update, not two).  Each value
-scores the best of its samples, and a challenger replaces the current value only when it is more
-than ``MARGIN`` faster.  Every rank follows the same schedule and computes
+gives every rank the slowest rank's times; a value more than ``DROP_FIRST`` times slower than the
+fastest after the first round, or ``DROP`` times after a later one, is not timed again (a
+float16 wire on a fast link costs one update, not three).  The first round only drops clear
+losers because a value's first call also pays for its own buffers (a new wire's first call was
+measured up to 1.4x its steady time).  Each value scores the best of its samples, and a
+challenger replaces the current value only when it is more than ``MARGIN`` faster.  Every rank follows the same schedule and computes
 the same choice from the same numbers, so the ranks never disagree on a configuration, and
 the collectives of each call match.  Every configuration averages correctly, so the calls that
 tune are real updates.
@@ -50,15 +52,18 @@ from chainermn_comm._errors import CommunicationError
 from chainermn_comm.protocol import SHM_REDUCE_ENV, TUNE_ENV
 
 __all__ = ['Tuner', 'CallTuning', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config',
-           'knobs_tunable', 'is_auto', 'AUTO', 'WIRE_CHOICES', 'label', 'SAMPLES', 'DROP', 'MARGIN',
+           'knobs_tunable', 'is_auto', 'AUTO', 'WIRE_CHOICES', 'label', 'SAMPLES', 'DROP', 'DROP_FIRST',
+           'MARGIN',
            'RECHECK_FIRST', 'RECHECK_EVERY']
 
 AUTO = 'auto'
 #: The wire formats ``'auto'`` chooses from: the gradients' own dtype (exact), float16, bfloat16.
 WIRE_CHOICES = (None, numpy.dtype(numpy.float16), _codecs.BFLOAT16_NAME)
 #: Calls timed per value of an axis, at most (one per round).
-SAMPLES = 2
-#: A value this many times slower than the fastest after a round is not timed again.
+SAMPLES = 3
+#: A value this many times slower than the fastest after the first round is not timed again.
+DROP_FIRST = 1.6
+#: The same after any later round.
 DROP = 1.25
 #: A challenger must be this much faster than the current value to replace it.
 MARGIN = 0.03
@@ -203,7 +208,8 @@ class Tuner:
         best = t.min(axis=1)
         self._round += 1
         if self._round < SAMPLES:
-            race = [i for i in range(len(best)) if best[i] <= DROP * best.min()]
+            drop = DROP_FIRST if self._round == 1 else DROP
+            race = [i for i in range(len(best)) if best[i] <= drop * best.min()]
             if len(race) > 1:
                 # Rounds alternate direction, so no value always follows the same other value.
                 self._queue = race if self._round % 2 == 0 else race[::-1]

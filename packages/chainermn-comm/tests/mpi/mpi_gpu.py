@@ -84,9 +84,9 @@ def test_allreduce_grad_values(name, batched, grad_dtype):
     if grad_dtype == 'auto' and size > 1:
         if name == 'naive':  # host staging: the host path's tuner (wire and knobs)
             assert c._tuned.tuning.tuner.calls == 12
-        else:  # the device wire alone: a warm-up, then 3 wires in one or two rounds
+        else:  # the device wire alone: a warm-up, then 3 wires in one to three rounds
             tuner = c._device_wire_tuning.tuner
-            assert tuner.calls == 12 and tuner.history and 4 <= tuner.history[0][0] <= 7
+            assert tuner.calls == 12 and tuner.history and 4 <= tuner.history[0][0] <= 10
             assert sorted(tuner.history[0][1]['dtype']) == ['bfloat16', 'float16', 'float32']
 
 

@@ -41,11 +41,11 @@ def test_the_slowest_rank_decides_and_every_rank_agrees():
         return times[cfg['x']]
     calls = _run(tuner, seconds)
     if COMM.Get_size() > 1:
-        # Round 1 (slowest rank): a 2.2, b 9.0, c 2.0: b is out (more than DROP x c); round 2
-        # times the others again, in reverse order.
-        assert seen == ['a', 'b', 'c', 'c', 'a'] and calls == 6
+        # Round 1 (slowest rank): a 2.2, b 9.0, c 2.0: b is out (more than DROP_FIRST x c);
+        # rounds 2 and 3 time the others again, in reverse order and then forward.
+        assert seen == ['a', 'b', 'c', 'c', 'a', 'a', 'c'] and calls == 8
         assert tuner.history[0][1]['x'] == {'a': 2.2, 'b': 9.0, 'c': 2.0}
-    else:  # b 1.0 leaves a and c out after round 1
+    else:  # b 1.0 leaves a and c (2.2 and 2.0: over DROP_FIRST) out after round 1
         assert seen == ['a', 'b', 'c'] and calls == 4
     assert tuner.choice == {'x': 'c' if COMM.Get_size() > 1 else 'b'}
     assert tuner.history[0][0] == calls
@@ -87,13 +87,14 @@ def test_rechecks_log_changes_once_and_trace(monkeypatch, caplog):
     fast = {'value': 'a'}
     tuner = _tune.Tuner(COMM, 'recheck', [('x', lambda c: _tune._first(c['x'], ('a', 'b')))], {'x': 'a'})
     tuner.record(0.0)
-    for call in range(30):
+    for call in range(40):
         if call == 8:
             fast['value'] = 'b'  # the link changed: 'b' is faster from now on
         cfg = tuner.config()
-        tuner.record(1.0 if cfg['x'] == fast['value'] else 1.1)  # within DROP: two rounds each
+        tuner.record(1.0 if cfg['x'] == fast['value'] else 1.1)  # within DROP: SAMPLES rounds each
     ends = [h[0] for h in tuner.history]
-    assert ends == [5, 16, 30], ends  # 1 + 2 x 2 calls; then from call 12, and 10 after the last end
+    assert _tune.SAMPLES == 3
+    assert ends == [7, 18, 34], ends  # 1 + 3 x 2 calls; then from call 12, and 10 after the last end
     assert [h[2]['x'] for h in tuner.history] == ['a', 'b', 'b']
     logged = [r.getMessage() for r in caplog.records if r.name == 'chainermn.tune']
     if COMM.Get_rank() == 0:
@@ -180,11 +181,11 @@ def test_each_set_of_gradients_has_its_own_schedule(monkeypatch):
     monkeypatch.setenv('CHAINERMN_SHM_REDUCE', '0')
     comm = chainermn_comm.create_communicator('naive')
     small, big = _link(comm.rank, ((40, 30),)), _link(comm.rank, ((300, 200), (7,)))
-    for call in range(16):
+    for call in range(24):
         comm.multi_node_mean_grad(small if call % 2 else big)
     if comm.size == 1:
         return
     tunings = comm._tuned._by_sizes
     assert sorted(tunings) == [(1, 1200), (2, 60007)]
     for sizes, tuning in tunings.items():
-        assert tuning.tuner.calls == 8 and tuning.tuner.history, sizes
+        assert tuning.tuner.calls == 12 and tuning.tuner.history, sizes

@@ -361,7 +361,7 @@ def test_tuned_knobs_keep_the_plain_bits(monkeypatch):
     a, b, x = _pair(comm, numpy.float32, 9)
     ov = BackwardOverlap(comm, b)
     seen = set()
-    for it in range(24):
+    for it in range(48):
         a.cleargrads()
         F.sum(a(x * (it + 1)) ** 2).backward()
         comm.multi_node_mean_grad(a, zero_fill=True)
@@ -385,7 +385,7 @@ def test_tuned_knobs_keep_the_plain_bits(monkeypatch):
 def test_auto_wire_averages_on_every_update(monkeypatch):
     """'auto' tries float32, float16 and bfloat16 on the first updates: each is an average
     within its own precision, and every rank ends with the same choice and the same bits."""
-    monkeypatch.setenv('CHAINERMN_TUNE', '0')  # the wire alone: a warm-up and 3 wires in 1 or 2 rounds
+    monkeypatch.setenv('CHAINERMN_TUNE', '0')  # the wire alone: a warm-up and 3 wires in 1 to 3 rounds
     monkeypatch.setenv('CHAINERMN_SHM_REDUCE', '0')  # one node in shared memory has no wire to tune
     comm = chainermn_comm.create_communicator('naive', allreduce_grad_dtype='auto')
     model = Net()
@@ -406,7 +406,7 @@ def test_auto_wire_averages_on_every_update(monkeypatch):
             assert all(numpy.array_equal(g, p.grad) for g in comm.allgather(p.grad)), (it, n)
     if comm.size > 1:
         tuner = ov.tuning.tuner
-        assert 4 <= tuner.history[0][0] <= 7 and list(tuner.history[0][1]) == ['dtype']
+        assert 4 <= tuner.history[0][0] <= 10 and list(tuner.history[0][1]) == ['dtype']
         assert sorted(tuner.history[0][1]['dtype']) == ['bfloat16', 'float16', 'float32']
         assert ov.tuning.dtype in (None, numpy.dtype(numpy.float16), 'bfloat16')
     ov.free()
