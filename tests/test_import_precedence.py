@@ -93,7 +93,7 @@ def wheels(tmp_path_factory):
     with zipfile.ZipFile(meta) as zf:
         text = zf.read('chainermn-{}.dist-info/METADATA'.format(version)).decode()
     requires = [ln for ln in text.splitlines() if ln.startswith('Requires-Dist:')]
-    assert sorted(requires) == ['Requires-Dist: chainermn-comm (>=2.0,<2.1)',
+    assert sorted(requires) == ['Requires-Dist: chainermn-comm[bfloat16] (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-comm[gpu-cuda13] (>=2.0,<2.1) ; extra == "gpu-cuda13"',
                         'Requires-Dist: chainermn-comm[gpu] (>=2.0,<2.1) ; extra == "gpu"',
                         'Requires-Dist: chainermn-data (>=2.0,<2.1)',

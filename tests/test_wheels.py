@@ -92,7 +92,7 @@ def test_meta_wheel_requires_the_libraries_and_the_tools(built):
     meta = next(w for w in built['wheels'] if os.path.basename(w).startswith('chainermn-'))
     requires = sorted(_requires(_wheel_metadata(meta)))
     assert requires == sorted([
-        'chainermn-comm (>=2.0,<2.1)', 'chainermn-data (>=2.0,<2.1)', 'chainermn-links (>=2.0,<2.1)',
+        'chainermn-comm[bfloat16] (>=2.0,<2.1)', 'chainermn-data (>=2.0,<2.1)', 'chainermn-links (>=2.0,<2.1)',
         'chainermn-train (>=2.0,<2.1)', 'chainermn-tools (>=2.0,<2.1)', 'numpy (>=1.26,<3)',
         'chainermn-comm[gpu] (>=2.0,<2.1) ; extra == "gpu"',
         'chainermn-comm[gpu-cuda13] (>=2.0,<2.1) ; extra == "gpu-cuda13"',
