@@ -24,7 +24,7 @@ import threading
 import numpy
 
 __all__ = ['Codec', 'FLOAT16', 'BFLOAT16', 'codec_of', 'is_bfloat16', 'bf16_encode', 'bf16_decode',
-           'BLOCK', 'BFLOAT16_NAME']
+           'BLOCK', 'BFLOAT16_NAME', 'load_ml_dtypes']
 
 #: Elements converted per pass (128 KiB of float32: a few of them stay in L2).
 BLOCK = 1 << 15
@@ -69,6 +69,11 @@ def _ml_bfloat16():
         except Exception:  # not installed, or built for another NumPy
             _ml.append(None)
     return _ml[0]
+
+
+def load_ml_dtypes():
+    """Import ml_dtypes now if it is installed (its casts serve the bfloat16 wire); return whether it is."""
+    return _ml_bfloat16() is not None
 
 
 def bf16_encode(dst, src):
