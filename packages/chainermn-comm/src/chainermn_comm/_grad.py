@@ -20,12 +20,15 @@ from chainermn_comm.guard import stable_code
 from chainermn_comm.protocol import CHUNK_BYTES_ENV, DIRECT_BYTES_ENV
 
 __all__ = ['ChunkedReducer', 'reduction_key', 'collect_params', 'params_key', 'params_signature',
-           'DEFAULT_CHUNK_BYTES', 'CHUNK_CHOICES', 'CHUNK_ENV', 'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
+           'DEFAULT_CHUNK_BYTES', 'CHUNK_CHOICES', 'LOSSY_CHUNK_CHOICES', 'CHUNK_ENV', 'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
 
 CHUNK_ENV = CHUNK_BYTES_ENV
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
 #: The chunk sizes the tuner may choose from (``_tune``) when the size is not pinned.
 CHUNK_CHOICES = (1024 * 1024, 4 * 1024 * 1024, 16 * 1024 * 1024)
+#: The same for a 16-bit wire: its pipeline keeps float32 and wire buffers per slot, and a 16 MiB
+#: chunk's first call paid 0.3-0.5 s for them on the namespace cluster and never won afterwards.
+LOSSY_CHUNK_CHOICES = (1024 * 1024, 4 * 1024 * 1024)
 DIRECT_ENV = DIRECT_BYTES_ENV
 DEFAULT_DIRECT_BYTES = 256 * 1024
 

@@ -293,7 +293,7 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
         uses_mpi = not (reducer.shared_usable and c.get('shared', reducer.use_shared))
         if not uses_mpi or chunked.chunk_pinned or not (size == 2 or lossy):
             return ()
-        return _first(chunked.chunk_bytes, _grad.CHUNK_CHOICES)
+        return _first(chunked.chunk_bytes, _grad.LOSSY_CHUNK_CHOICES if lossy else _grad.CHUNK_CHOICES)
     axes += [('shared', shared), ('shm_chunk', shm_chunk), ('chunk', chunk)]
     return axes
 
