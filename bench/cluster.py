@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -169,10 +170,7 @@ def _paired_auto_ratio(rows):
     if OURS_AUTO not in rows or not names:
         return None, None
     best = min(names, key=lambda n: rows[n]['median_s'])
-    pairs = sorted(a / b for a, b in zip(rows[OURS_AUTO]['times_s'], rows[best]['times_s']))
-    mid = len(pairs) // 2
-    med = pairs[mid] if len(pairs) % 2 else (pairs[mid - 1] + pairs[mid]) / 2
-    return med, best
+    return statistics.median(a / b for a, b in zip(rows[OURS_AUTO]['times_s'], rows[best]['times_s'])), best
 
 
 def _iteration_entry(it, nodes, k, gbit):

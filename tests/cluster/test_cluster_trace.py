@@ -8,6 +8,8 @@ import json
 import os
 import re
 import statistics
+import subprocess
+import sys
 
 import pytest
 
@@ -70,8 +72,6 @@ def test_trace_and_straggler_across_two_nodes(cluster2, tmp_path, record_figure)
     assert [e['args']['rank'] for e in events if e['name'] == 'straggler'] == [1]
 
     # The report reads the same files and names the same rank, its node and where its time goes.
-    import subprocess
-    import sys
     rep = subprocess.run([sys.executable, '-m', 'chainermn', 'trace', str(trace_dir)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     out = rep.stdout.decode(errors='replace')

@@ -20,7 +20,8 @@ from chainermn_comm.guard import stable_code
 from chainermn_comm.protocol import CHUNK_BYTES_ENV, DIRECT_BYTES_ENV
 
 __all__ = ['ChunkedReducer', 'reduction_key', 'collect_params', 'params_key', 'params_signature',
-           'DEFAULT_CHUNK_BYTES', 'CHUNK_CHOICES', 'LOSSY_CHUNK_CHOICES', 'CHUNK_ENV', 'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
+           'DEFAULT_CHUNK_BYTES', 'CHUNK_CHOICES', 'LOSSY_CHUNK_CHOICES', 'CHUNK_ENV',
+           'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
 
 CHUNK_ENV = CHUNK_BYTES_ENV
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024

@@ -11,9 +11,9 @@ fastest after the first round, or ``DROP`` times after a later one, is not timed
 float16 wire on a fast link costs one update, not three).  The first round only drops clear
 losers because a value's first call also pays for its own buffers (a new wire's first call was
 measured at up to 1.75x its steady time on the namespace cluster); ml_dtypes, which the bfloat16
-wire casts with where installed, is imported before the schedule starts.  Each value scores the best of its samples, and a
-challenger replaces the current value only when it is more than ``MARGIN`` faster.  Every rank follows the same schedule and computes
-the same choice from the same numbers, so the ranks never disagree on a configuration, and
+wire casts with where installed, is imported before the schedule starts.  Each value scores the
+best of its samples, and a challenger replaces the current value only when it is more than
+``MARGIN`` faster.  Every rank follows the same schedule and computes the same choice from the same numbers, so the ranks never disagree on a configuration, and
 the collectives of each call match.  Every configuration averages correctly, so the calls that
 tune are real updates.
 
@@ -54,8 +54,7 @@ from chainermn_comm.protocol import SHM_REDUCE_ENV, TUNE_ENV
 
 __all__ = ['Tuner', 'CallTuning', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config',
            'knobs_tunable', 'is_auto', 'AUTO', 'WIRE_CHOICES', 'label', 'SAMPLES', 'DROP', 'DROP_FIRST',
-           'MARGIN',
-           'RECHECK_FIRST', 'RECHECK_EVERY']
+           'MARGIN', 'RECHECK_FIRST', 'RECHECK_EVERY']
 
 AUTO = 'auto'
 #: The wire formats ``'auto'`` chooses from: the gradients' own dtype (exact), float16, bfloat16.
@@ -353,7 +352,6 @@ class CallTuning:
 
 def wire_axes():
     """Return the axes of a wire format tuned alone (``'auto'`` on the GPU communicators)."""
-    _codecs.load_ml_dtypes()
     return [('dtype', lambda c: _first(c.get('dtype'), WIRE_CHOICES))]
 
 
