@@ -176,6 +176,12 @@ class Codec:
             for t in terms[2:]:
                 numpy.add(out, t, out=out, dtype=numpy.float32)
             return
+        ml = _ml_bfloat16()
+        if ml is not None:  # ml_dtypes widens as the add reads, in cache-sized blocks: 2.5x faster
+            numpy.add(terms[0].view(ml), terms[1].view(ml), out=out, dtype=_F32)
+            for t in terms[2:]:
+                numpy.add(out, t.view(ml), out=out, dtype=_F32)
+            return
         tmp = _scratch('sum', _F32, min(out.size, BLOCK))
         for s in range(0, out.size, BLOCK):
             o = out[s:s + BLOCK]

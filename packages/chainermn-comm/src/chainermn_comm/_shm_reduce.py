@@ -17,14 +17,13 @@ With several nodes, the cross-node sum of my share of chunk ``k`` is nonblocking
 the wire while this rank stages chunk ``k + 1`` and unpacks chunk ``k - 1`` (which every
 owner finished before the last barrier), so the casts and copies hide behind the link.
 
-On one node there is nothing to hide: the unpack of chunk ``k`` follows its barrier at
-once (as step 5 says), while the owners' sums are fresh in their caches.
+On one node the unpack of chunk ``k`` follows its barrier at once, while the sums are in cache.
 
 A 2-byte reduction dtype (``allreduce_grad_dtype=float16`` or ``'bfloat16'``) is a format for
 the wire, and shared memory is no wire: the node stages and sums in float32, and only the
 cross-node sum of each share travels in 16 bits.  Its owner casts the node's float32 sum once
 (float16: times the power of two of ``_half.shared_factors``), the nodes' terms are added in
-float32 and rounded once (bfloat16: after the ``1/size``), and the owner writes the result,
+float32 and rounded once (not with two nodes: ``_half``), and the owner writes the result,
 back in float32, where its peers copy it from.  Each value is cast to and from the wire
 format once per node instead of once per rank, and the sums lose nothing inside a node.  On
 one node nothing is cast at all.
@@ -241,8 +240,8 @@ class NodeReducer:
             if busy:  # the link carries my share while the CPU stages and unpacks
                 if wire is None:
                     flight.start(chunk.own_region)
-                else:
-                    flight.start(_to_wire(chunk, ups, wire, codec), codec, post)
+                else:  # two nodes leave their float32 sums in my share (``_half``: one phase)
+                    flight.start(_to_wire(chunk, ups, wire, codec), codec, post, out=chunk.own_region)
             if k + 1 < len(plan):
                 _stage(plan[k + 1], src, poke if busy else None)
             if busy:
@@ -254,6 +253,8 @@ class NodeReducer:
                 if wire is None:
                     for j, a, b, acc, _, _ in chunk.own:
                         _write_back(dst[j][a:b], acc, downs[j])
+                elif flight.one_phase:
+                    _from_sums(chunk, downs, dst)
                 else:
                     _from_wire(chunk, downs, wire, dst, codec)
             sync()
@@ -287,8 +288,7 @@ class _Shared:
         self.flight = _half.InFlightSum(self.inter) if self.inter is not None else None
         self.local_rank = self.local.Get_rank()
         self.local_size = self.local.Get_size()
-        # Room for one share of one chunk (the window holds two chunks per rank), and for
-        # its float16 copy on the wire when the share is float32.
+        # Room for one share of one chunk (the window holds two chunks per rank) and its wire copy.
         share = nbytes // 2 // self.local_size + 64
         self._scratch = numpy.empty(share, dtype=numpy.uint8)
         self._wire = numpy.empty(share // 4 + 16, dtype=numpy.float16)
@@ -339,8 +339,7 @@ class _Chunk:
 
     def __init__(self):
         self.stage = []   # (array index, start, stop, destination view in my segment)
-        self.own = []     # (array index, start, stop, accumulator view, [view per local rank; None: mine],
-                          #  offset in my share)
+        self.own = []     # (array index, start, stop, accumulator, [view per local rank; None: mine], offset)
         self.own_region = None  # my whole share of this chunk in my segment
         self.unpack = []  # (array index, start, stop, source view in the owner's segment)
 
@@ -425,6 +424,14 @@ def _from_wire(chunk, downs, wire, dst, codec):
     """Write the cross-node sums, times ``downs[j]``, into my segment (for peers) and my gradients."""
     for j, a, b, acc, _, off in chunk.own:
         codec.decode(acc, wire[off:off + b - a], downs[j])
+        numpy.copyto(dst[j][a:b], acc, casting='unsafe')
+
+
+def _from_sums(chunk, downs, dst):
+    """Scale the cross-node float32 sums in my segment by ``downs[j]`` and copy them into my gradients."""
+    for j, a, b, acc, _, _ in chunk.own:
+        if downs[j] != 1.0:
+            numpy.multiply(acc, downs[j], out=acc)
         numpy.copyto(dst[j][a:b], acc, casting='unsafe')
 
 

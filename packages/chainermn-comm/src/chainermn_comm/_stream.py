@@ -193,7 +193,7 @@ def _schedule(pieces, op, nslots, wait, blocking_direct):
             p, slot, data, req = live.popleft()
             wait(req)
             poke.reqs = [e[3] for e in live]
-            op.finish(p, data, poke)
+            op.finish(p, slot, data, poke)
 
 
 class _Op:
@@ -223,7 +223,7 @@ class _Op:
     def middle(self, piece, slot, data, poke):
         pass
 
-    def finish(self, piece, data, poke):
+    def finish(self, piece, slot, data, poke):
         pass
 
 
@@ -257,7 +257,7 @@ class SumOp(_Op):
         self.comm.Allreduce(MPI.IN_PLACE, view, MPI.SUM)
         numpy.multiply(view, self.scale, out=view)  # while the slice is still in cache
 
-    def finish(self, piece, data, poke):
+    def finish(self, piece, slot, data, poke):
         for a, s, n, off in piece.segs:
             poke.apply(self._scaled, a[s:s + n], data[off:off + n])
 
@@ -270,7 +270,9 @@ class HalfSumOp(_Op):
     multiplies by ``post`` and rounds once; phase 2 gathers the segments back
     (``Iallgatherv``).  Values are multiplied by their array's ``up`` factor as they are
     packed (float16: ``1/size`` times a power of two, :meth:`use_factors`) and by its
-    ``down`` factor as they are unpacked.
+    ``down`` factor as they are unpacked.  Two ranks take one phase (``_half.one_phase``):
+    an ``Iallgather`` of the whole piece, then each rank adds both copies in float32, times
+    ``post``, and unpacks those sums (times ``down``) without rounding them again.
     """
 
     PHASES = 2
@@ -289,6 +291,10 @@ class HalfSumOp(_Op):
         self._layouts = {}
         self._up = self._down = {}
         self._post = 1.0
+        if _half.one_phase(self.size):
+            self.PHASES = 1
+            self._share = chunk
+            self._wide = numpy.empty(min(chunk, _codecs.BLOCK), dtype=numpy.float32)
 
     def use_factors(self, arrays, ups, downs, post=1.0):
         """Set, for the next ``run``, the factor of every array (those given to ``cut``) before and
@@ -315,6 +321,8 @@ class HalfSumOp(_Op):
             poke.apply(functools.partial(encode, scale=self._up[id(a)]), data[off:off + n], a[s:s + n])
 
     def start(self, phase, piece, slot, data):
+        if self.PHASES == 1:
+            return _half.start_allgather(self.comm, data, self._parts_of(slot)[:data.size * self.size])
         lay = self._layout(data.size)
         if phase == 1:
             parts = self._parts_of(slot)[:lay.mine * self.size]
@@ -326,7 +334,19 @@ class HalfSumOp(_Op):
                       self.codec, self._post)
         poke()
 
-    def finish(self, piece, data, poke):
+    def finish(self, piece, slot, data, poke):
+        if self.PHASES == 1:  # every rank adds both copies; the float32 sums are the result
+            m = data.size
+            parts = self._parts_of(slot)
+            terms = [parts[j * m:(j + 1) * m] for j in range(self.size)]
+            for a, s, n, off in piece.segs:
+                down = self._down[id(a)]
+                for b in range(0, n, POKE_ELEMS):
+                    e = min(n, b + POKE_ELEMS)
+                    _half.sum_into(a[s + b:s + e], [t[off + b:off + e] for t in terms], self._wide,
+                                   self.codec, self._post, down)
+                    poke()
+            return
         decode = self.codec.decode
         for a, s, n, off in piece.segs:
             poke.apply(functools.partial(decode, scale=self._down[id(a)]), a[s:s + n], data[off:off + n])
@@ -351,7 +371,7 @@ class BcastOp(_Op):
     def blocking(self, piece):
         self.comm.Bcast(piece.direct, root=self.root)
 
-    def finish(self, piece, data, poke):
+    def finish(self, piece, slot, data, poke):
         if not self.is_root and piece.direct is None:
             for a, s, n, off in piece.segs:
                 poke.apply(_copy, a[s:s + n], data[off:off + n])

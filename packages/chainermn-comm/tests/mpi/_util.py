@@ -80,7 +80,8 @@ def half_mean_expected(per_rank, nodes=None):
     sends nothing: its sum times ``1/size`` is the result.  With several nodes the ranks
     agree on a power of two ``2**e`` that puts the largest ``|value|`` just below
     ``2**TOP_EXP``; each node sends ``float16(sum * 2**e / size)``; the nodes' terms are
-    added in float32 and rounded once; the result is multiplied by ``2**-e`` in float32.
+    added in float32 and rounded once (not at all with two nodes: ``_half``'s one phase);
+    the result is multiplied by ``2**-e`` in float32.
     """
     from chainermn_comm._half import MAX_EXP, MIN_EXP, TOP_EXP
     size = len(per_rank)
@@ -98,7 +99,8 @@ def half_mean_expected(per_rank, nodes=None):
     m = max((float(numpy.abs(x.astype(numpy.float64)).max()) for x in per_rank if x.size), default=0.0)
     e = MAX_EXP if m == 0.0 else min(MAX_EXP, max(MIN_EXP, TOP_EXP - math.frexp(m)[1]))
     up = numpy.float32(math.ldexp(1.0 / size, e))
-    total = round_once([(p * up).astype(numpy.float16) for p in partial])
+    terms = [(p * up).astype(numpy.float16) for p in partial]
+    total = round_once(terms) if len(terms) > 2 else terms[0].astype(numpy.float32) + terms[1]
     return (total.astype(numpy.float32) * numpy.float32(math.ldexp(1.0, -e))).astype(dtype)
 
 
@@ -122,8 +124,9 @@ def bf16_mean_expected(per_rank, nodes=None):
 
     ``nodes`` as in :func:`half_mean_expected`.  Each node's float32 sum (each rank's value
     alone when None) is rounded to bfloat16; the terms are added in float32 in node order,
-    multiplied by ``float32(1/size)``, rounded to bfloat16 once more and widened.  One node
-    sends nothing: its float32 sum times ``1/size`` is the result.
+    multiplied by ``float32(1/size)``, rounded to bfloat16 once more (not with two nodes:
+    ``_half``'s one phase) and widened.  One node sends nothing: its float32 sum times
+    ``1/size`` is the result.
     """
     size = len(per_rank)
     dtype = per_rank[0].dtype
@@ -141,4 +144,7 @@ def bf16_mean_expected(per_rank, nodes=None):
     total = from_bf16(to_bf16(partial[0]))
     for p in partial[1:]:
         total = total + from_bf16(to_bf16(p))
-    return from_bf16(to_bf16(total * scale)).reshape(per_rank[0].shape).astype(dtype)
+    total = total * scale
+    if len(nodes) > 2:
+        total = from_bf16(to_bf16(total))
+    return total.reshape(per_rank[0].shape).astype(dtype)
