@@ -220,7 +220,8 @@ def _peer_contenders(link):
 def run(args):
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
-    result = {'meta': {'n': size, 'size': args.size, 'rounds': args.rounds, 'warmup': args.warmup,
+    result = {'meta': {'n': size, 'size': args.size, 'rounds': args.rounds, 'calls': args.calls,
+                       'warmup': args.warmup,
                        'mode': 'peer' if args.peer else 'ours', 'grad_scale': args.grad_scale,
                        'mpi': MPI.Get_library_version().strip(),
                        'chunk_bytes_floor': CHUNK, 'numpy': numpy.__version__,
@@ -253,7 +254,8 @@ def run(args):
             order = list(names)
             random.Random(1000 + r).shuffle(order)  # same order on every rank
             for n in order:
-                dt = _timeit(comm, cont[n], args.settle)
+                # The median of --calls calls back to back: one sample per contender and round.
+                dt = statistics.median(_timeit(comm, cont[n], args.settle) for _ in range(args.calls))
                 if r >= args.warmup:
                     times[n].append(dt)
         entry = {'bytes': nbytes, 'arrays': len(shapes),
@@ -291,6 +293,8 @@ def main():
                    help='add PyTorch gloo contenders when torch is importable (ours mode)')
     p.add_argument('--settle', type=float, default=0.0,
                    help='seconds of idle link before each timed call (a tbf shaper refills its burst)')
+    p.add_argument('--calls', type=int, default=1,
+                   help="calls per contender and round; the round's sample is their median")
     p.add_argument('--out', required=True)
     args = p.parse_args()
     if args.rounds is None:

@@ -2,7 +2,8 @@
 
 Usage (as root, from the repo root):
     .venv/bin/python bench/cluster.py [--layouts 2x1,2x2] [--links 1,10,none]
-        [--models resnet50,mlp] [--size full|tiny] [--rounds R] [--out-dir DIR] [--no-iteration]
+        [--models resnet50,mlp] [--size full|tiny] [--rounds R] [--calls K] [--out-dir DIR]
+        [--no-iteration]
 
 For every link rate a cluster of namespaces is built (``chainermn.cluster.Cluster``); on it, for
 every layout NODESxRANKS, ``bench/allreduce_bench.py`` runs our contenders interleaved over rounds
@@ -97,6 +98,7 @@ def _allreduce_jobs(cluster, nodes, k, args, work):
     from chainermn.cluster._net import BURST_SECONDS
     tag = '{}x{}'.format(nodes, k)
     common = ['--size', args.size, '--models', args.models, '--rounds', str(args.rounds),
+              '--calls', str(args.calls),
               '--warmup', str(args.warmup), '--grad-scale', repr(args.grad_scale),
               # Every contender starts on a full token bucket (three times its refill time).
               '--settle', repr(3 * BURST_SECONDS)]
@@ -415,6 +417,8 @@ def main(argv=None):
     p.add_argument('--models', default='resnet50,mlp', help='gradient sets of bench/models.py')
     p.add_argument('--size', choices=('tiny', 'full'), default='full')
     p.add_argument('--rounds', type=int, default=None, help='timed rounds (default 7 full, 2 tiny)')
+    p.add_argument('--calls', type=int, default=1,
+                   help="all-reduce calls per contender and round; the round's sample is their median")
     p.add_argument('--warmup', type=int, default=1)
     p.add_argument('--grad-scale', type=float, default=1.0,
                    help='standard deviation of the random gradients of the all-reduce runs (float16 '

@@ -25,13 +25,11 @@ cross-node sum of each share travels in 16 bits.  Its owner casts the node's flo
 (float16: times the power of two of ``_half.shared_factors``), the nodes' terms are added in
 float32 and rounded once (not with two nodes: ``_half``), and the owner writes the result,
 back in float32, where its peers copy it from.  Each value is cast to and from the wire
-format once per node instead of once per rank, and the sums lose nothing inside a node.  On
-one node nothing is cast at all.
+format once per node instead of once per rank, and the sums lose nothing inside a node.
 
-Every byte of gradient is read once from and written once to main memory, and the
-staging traffic stays in cache, so the whole average costs about one memory copy: it
-has no pack/unpack pass and no MPI copy in and out of MPI's own shared buffers.  Each
-element's sum is computed once, by its owner, so every rank ends with the same bits.
+Every byte of gradient is read once from and written once to main memory and the staging
+stays in cache: about one memory copy, with no pack/unpack pass and no copy through MPI's
+buffers.  Each element's sum is computed by its owner, so every rank ends with the same bits.
 """
 
 import numpy
@@ -217,8 +215,7 @@ class NodeReducer:
         if flight is None:
             _mean_on_node(state, plan, src, dst, [scale] * len(src), scratch)
             return
-        ups = wire = None
-        post = 1.0
+        ups, post = None, 1.0
         if codec is not None and codec.prescale:  # a power of two per array before the cast (``_half``)
             ups, downs = _half.shared_factors(self.mpi_comm, src, scale,
                                               _stream.polite_wait if self.chunked.polite else None)
@@ -227,8 +224,7 @@ class NodeReducer:
             post = scale
         else:
             downs = [scale] * len(src)
-        if codec is not None:
-            wire = state.wire(codec)
+        wire = None if codec is None else state.wire(codec)
         sync = state.sync
         _stage(plan[0], src, None)
         sync()
@@ -240,8 +236,11 @@ class NodeReducer:
             if busy:  # the link carries my share while the CPU stages and unpacks
                 if wire is None:
                     flight.start(chunk.own_region)
-                else:  # two nodes leave their float32 sums in my share (``_half``: one phase)
-                    flight.start(_to_wire(chunk, ups, wire, codec), codec, post, out=chunk.own_region)
+                elif flight.one_phase:  # two nodes: float32 sums into my share; words sent in place
+                    words = flight.send_view(chunk.own_region.size, codec)
+                    flight.start(_to_wire(chunk, ups, words, codec), codec, post, out=chunk.own_region)
+                else:
+                    flight.start(_to_wire(chunk, ups, wire, codec), codec, post)
             if k + 1 < len(plan):
                 _stage(plan[k + 1], src, poke if busy else None)
             if busy:

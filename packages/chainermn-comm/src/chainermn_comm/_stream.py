@@ -178,7 +178,7 @@ def _schedule(pieces, op, nslots, wait, blocking_direct):
         if t < total:
             p = pieces[t]
             slot = t % nslots
-            data = p.direct if p.direct is not None else op.buffer(slot)[:p.n]
+            data = p.direct if p.direct is not None else op.piece_buffer(slot, p.n)
             op.prepare(p, data, poke)
             entry = [p, slot, data, op.start(1, p, slot, data)]
             live.append(entry)
@@ -207,6 +207,10 @@ class _Op:
         self.dtype = dtype
         self.chunk = chunk
         self._bufs = [None] * nslots
+
+    def piece_buffer(self, slot, n):
+        """Return where a packed piece of ``n`` elements is prepared in ``slot``."""
+        return self.buffer(slot)[:n]
 
     def buffer(self, slot):
         buf = self._bufs[slot]
@@ -319,6 +323,11 @@ class HalfSumOp(_Op):
         encode = self.codec.encode
         for a, s, n, off in piece.segs:
             poke.apply(functools.partial(encode, scale=self._up[id(a)]), data[off:off + n], a[s:s + n])
+
+    def piece_buffer(self, slot, n):
+        if self.PHASES == 1:  # my block of the gathered copies: the all-gather sends it in place
+            return self._parts_of(slot)[self.rank * n:(self.rank + 1) * n]
+        return self.buffer(slot)[:n]
 
     def start(self, phase, piece, slot, data):
         if self.PHASES == 1:
