@@ -177,7 +177,7 @@ class Codec:
                 numpy.add(out, t, out=out, dtype=numpy.float32)
             return
         ml = _ml_bfloat16()
-        if ml is not None:  # ml_dtypes widens as the add reads, in cache-sized blocks: 2.5x faster
+        if ml is not None:  # ml_dtypes widens as the add reads: 1.2x decoding each term first
             numpy.add(terms[0].view(ml), terms[1].view(ml), out=out, dtype=_F32)
             for t in terms[2:]:
                 numpy.add(out, t.view(ml), out=out, dtype=_F32)
