@@ -69,8 +69,12 @@ def test_values_are_the_mean_over_ranks():
     model.cleargrads()
     ov.run_backward(F.sum(model(x) ** 2))
     for n, p in model.namedparams():
-        allg = comm.allgather(local[n])
-        numpy.testing.assert_allclose(p.grad, numpy.mean(allg, axis=0), rtol=1e-5, atol=1e-6)
+        terms = numpy.asarray(comm.allgather(local[n]), dtype=numpy.float64)
+        # float32 sums in any order stay within a few roundings of the terms' magnitudes, however
+        # much they cancel (the weights are random, so a fixed tolerance fails now and then).
+        bound = 4 * numpy.finfo(numpy.float32).eps * numpy.abs(terms).mean(axis=0)
+        err = numpy.abs(p.grad.astype(numpy.float64) - terms.mean(axis=0))
+        assert (err <= bound).all(), (n, p.grad, terms.mean(axis=0), err, bound)
     ov.free()
 
 
