@@ -19,7 +19,7 @@ __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'PREEMPTED_EXIT_STAT
            'LAUNCH_RESTARTS_ENV', 'NODE_LOCAL_ENV', 'OVERLAP_BUCKET_BYTES_ENV', 'OVERLAP_MODE_ENV',
            'RANKS_PER_NODE_ENV', 'SHM_CHUNK_BYTES_ENV', 'SHM_REDUCE_ENV', 'SLURM_PMI_FIX_ENV',
            'STALL_SECONDS_ENV', 'START_FRESH_ENV', 'STRAGGLER_ENV', 'TIMEOUT_ENV', 'TRACE_ENV',
-           'TRACE_EVENTS_ENV', 'TUNE_ENV']
+           'TRACE_EVENTS_ENV', 'TRUST_SHARED_ENV', 'TUNE_ENV']
 
 #: Exit status of a job that the watchdog ended (a rank was blocked longer than the timeout).
 WATCHDOG_EXIT_STATUS = 14
@@ -68,6 +68,7 @@ STRAGGLER_ENV = 'CHAINERMN_STRAGGLER'
 TIMEOUT_ENV = 'CHAINERMN_TIMEOUT'
 TRACE_ENV = 'CHAINERMN_TRACE'
 TRACE_EVENTS_ENV = 'CHAINERMN_TRACE_EVENTS'
+TRUST_SHARED_ENV = 'CHAINERMN_TRUST_SHARED'
 TUNE_ENV = 'CHAINERMN_TUNE'
 
 #: Every variable chainermn reads, by name.  Defaults of sizes live with the code that uses them
@@ -103,6 +104,8 @@ VARIABLES = collections.OrderedDict((v.name, v) for v in [
     _var(START_FRESH_ENV, 'flag', False, 'start from iteration 0 when no snapshot can be used'),
     _var(STRAGGLER_ENV, 'flag', True, 'name a rank that keeps arriving late at the gradient '
          'all-reduce (0 turns the live detection off)'),
+    _var(TRUST_SHARED_ENV, 'flag', False, 'trust directories and files that other users own or '
+         'can write (checkpoints, traces): only for directories you really share (docs/security.md)'),
     _var(TUNE_ENV, 'flag', True, 'choose chunk and bucket sizes, shared memory and the overlap mode '
          'by timing the first updates (0: the defaults; each size\'s own variable pins it)'),
     _var(TIMEOUT_ENV, 'float', 1800.0, 'seconds a rank may block before the watchdog ends the job '
