@@ -126,7 +126,7 @@ def _our_contenders(link, keep=lambda name: True, comms=None):
         return out
     # The same communicator with the node-shared-memory path switched off (MPI messages only).
     # The path is chosen at the first call, so make that call while the switch is set.
-    from chainermn_comm import _shm_reduce
+    from chainermn_comm.reduce import node_shared as _shm_reduce
     os.environ[_shm_reduce.SHM_ENV] = '0'
     try:
         mpi_only = comms[OURS_MPI_ONLY] = chainermn_comm.create_communicator('naive')
@@ -168,7 +168,7 @@ def _pretune(comm, cont, comms, settle):
 
 
 def _label(value):
-    from chainermn_comm import _tune
+    from chainermn_comm.reduce import tune as _tune
     return _tune.label(value)
 
 

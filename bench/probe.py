@@ -5,7 +5,7 @@ that the other vCPU has just written costs 2-3x a local read ("slow cross-core" 
 node-shared-memory average moves every byte between cores that way, so its ratio to the
 MPI floor depends on this state; each benchmark run records it before and after.
 
-It opens its own small shared window instead of ``chainermn_comm._shm_reduce._Shared``: the
+It opens its own small shared window instead of ``chainermn_comm.reduce.node_shared._Shared``: the
 peer job runs it too, and that job must not import our packages.
 """
 

@@ -121,9 +121,17 @@ def _imports(path):
     yield from walk(tree, 'module')
 
 
+#: Sub-packages internal to their distribution although their names have no underscore: siblings
+#: reach them only through a named internal API (``chainermn_comm.reduce`` through ``engine``).
+INTERNAL_SUBPACKAGES = ('chainermn_comm.reduce',)
+
+
 def _private_parts(module, names):
     parts = module.split('.')[1:] + list(names)
-    return [p for p in parts if p.startswith('_') and not (p.startswith('__') and p.endswith('__'))]
+    private = [p for p in parts if p.startswith('_') and not (p.startswith('__') and p.endswith('__'))]
+    dotted = [module + '.' + n for n in names] + [module]
+    private += [i for i in INTERNAL_SUBPACKAGES if any(d == i or d.startswith(i + '.') for d in dotted)]
+    return private
 
 
 @pytest.mark.parametrize('pkg', PACKAGES, ids=os.path.basename)

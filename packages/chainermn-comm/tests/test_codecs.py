@@ -1,12 +1,12 @@
-"""The 16-bit wire formats (``_codecs``): bfloat16 rounding and widening, float16 as before."""
+"""The 16-bit wire formats (``reduce.codecs``): bfloat16 rounding and widening, float16 as before."""
 
 import threading
 
 import numpy
 import pytest
 
-from chainermn_comm import _codecs
-from chainermn_comm import _dtypes
+from chainermn_comm.reduce import codecs as _codecs
+from chainermn_comm.reduce import dtypes as _dtypes
 
 
 @pytest.fixture(params=['numpy', 'ml_dtypes'], autouse=True)

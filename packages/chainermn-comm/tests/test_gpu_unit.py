@@ -6,7 +6,8 @@ import numpy
 import pytest
 
 from chainermn_comm import COMMUNICATOR_NAMES, CommunicatorUnavailableError, create_communicator
-from chainermn_comm import _dtypes, _gpu_support
+from chainermn_comm import _gpu_support
+from chainermn_comm.reduce import dtypes as _dtypes
 from chainermn_comm.gpu import GPU_COMMUNICATORS, create_gpu_communicator
 from chainermn_comm.gpu import _cuda_aware as ca
 from chainermn_comm.gpu import _layout

@@ -100,7 +100,7 @@ def test_guard_overhead_is_small():
 
 FINGERPRINT = '''
 import numpy
-from chainermn_comm import _grad
+from chainermn_comm.reduce import chunked as _grad
 from chainermn_comm.guard import agreement
 import chainer
 p = chainer.Parameter(numpy.ones((2, 3), numpy.float32))

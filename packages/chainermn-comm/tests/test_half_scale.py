@@ -1,12 +1,12 @@
-"""The power of two that float16 averages scale by (``_half.local_exponents``, ``factors``), and two ranks' one phase."""
+"""The power of two that float16 averages scale by (``reduce.half.local_exponents``, ``factors``), and two ranks' one phase."""
 
 import math
 
 import numpy
 import pytest
 
-from chainermn_comm import _codecs
-from chainermn_comm import _half
+from chainermn_comm.reduce import codecs as _codecs
+from chainermn_comm.reduce import half as _half
 
 
 def test_exponent_puts_the_largest_value_just_below_the_top():

@@ -96,7 +96,8 @@ def test_check_environment_raises_on_the_first_bad_value_and_warns_on_unknown_na
 
 def test_readers_use_the_one_parser(monkeypatch):
     """The modules that read a variable raise the settings error, not one of their own."""
-    from chainermn_comm import _shm_reduce, _topology
+    from chainermn_comm import _topology
+    from chainermn_comm.reduce import node_shared as _shm_reduce
     from chainermn_comm.guard import config
     from chainermn_comm.gpu import _cuda_aware
     cases = [(protocol.CHECK_ENV, 'abc', config.check_enabled),

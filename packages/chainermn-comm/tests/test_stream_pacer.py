@@ -2,7 +2,7 @@
 
 import pytest
 
-from chainermn_comm import _stream
+from chainermn_comm.reduce import stream as _stream
 
 
 def test_a_new_pacer_tests_as_often_as_a_polite_wait():

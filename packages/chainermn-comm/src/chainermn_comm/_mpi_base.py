@@ -4,19 +4,22 @@ import functools
 
 import numpy
 
-from chainermn_comm import _arrays, _dtypes, _finalize, _shm_reduce, _topology, _wire, trace
+from chainermn_comm import _arrays, _finalize, _topology, trace
+from chainermn_comm.reduce import dtypes as _dtypes
+from chainermn_comm.reduce import node_shared as _shm_reduce
+from chainermn_comm.reduce import wire as _wire
 from chainermn_comm._errors import CommunicationError
-from chainermn_comm._mpi_model import ModelCollectives
-from chainermn_comm._wire import FUSED_KINDS as _FUSED_KINDS
-from chainermn_comm._wire import MAX_PIECE as _MAX_PIECE
-from chainermn_comm._wire import OBJ_OPS as _OBJ_OPS
-from chainermn_comm._wire import ArrayMessage, op_name
-from chainermn_comm._wire import Fail as _Fail
-from chainermn_comm._wire import as_bytes as _bytes
-from chainermn_comm._wire import empty as _empty
-from chainermn_comm._wire import raise_if_failed as _raise_if_failed
-from chainermn_comm._wire import spec as _spec
-from chainermn_comm._wire import split_into as _split_into
+from chainermn_comm.reduce.model_collectives import ModelCollectives
+from chainermn_comm.reduce.wire import FUSED_KINDS as _FUSED_KINDS
+from chainermn_comm.reduce.wire import MAX_PIECE as _MAX_PIECE
+from chainermn_comm.reduce.wire import OBJ_OPS as _OBJ_OPS
+from chainermn_comm.reduce.wire import ArrayMessage, op_name
+from chainermn_comm.reduce.wire import Fail as _Fail
+from chainermn_comm.reduce.wire import as_bytes as _bytes
+from chainermn_comm.reduce.wire import empty as _empty
+from chainermn_comm.reduce.wire import raise_if_failed as _raise_if_failed
+from chainermn_comm.reduce.wire import spec as _spec
+from chainermn_comm.reduce.wire import split_into as _split_into
 from chainermn_comm.communicator_base import CommunicatorBase
 from chainermn_comm.guard import PAYLOAD_BYTES, CallGuard, stable_code
 

@@ -14,16 +14,16 @@ here, never from comm's underscore modules (a test walks the sources for that).
 - :func:`nccl_dtype`: the NCCL data type of a NumPy dtype, or None (imports CuPy).
 - :class:`Tuner`, :func:`reducer_axes`, :func:`apply_reducer_config`, :func:`knobs_tunable`,
   :func:`is_auto`, :data:`WIRE_AUTO`: tune an average on the job's own calls, the same on every
-  rank (``_tune``); :func:`grad_dtype`: a communicator's wire now, ``'auto'`` resolved.
+  rank (``reduce.tune``); :func:`grad_dtype`: a communicator's wire now, ``'auto'`` resolved.
 """
 
-from chainermn_comm._grad import ChunkedReducer
+from chainermn_comm.reduce.chunked import ChunkedReducer
 from chainermn_comm.guard import fail_together, guarded_call
-from chainermn_comm._shm_reduce import NodeReducer
-from chainermn_comm._stream import Pacer
+from chainermn_comm.reduce.node_shared import NodeReducer
+from chainermn_comm.reduce.stream import Pacer
 from chainermn_comm._topology import detect_topology
-from chainermn_comm._tune import AUTO as WIRE_AUTO
-from chainermn_comm._tune import Tuner, apply_reducer_config, is_auto, knobs_tunable, reducer_axes
+from chainermn_comm.reduce.tune import AUTO as WIRE_AUTO
+from chainermn_comm.reduce.tune import Tuner, apply_reducer_config, is_auto, knobs_tunable, reducer_axes
 
 __all__ = ['ChunkedReducer', 'NodeReducer', 'Pacer', 'detect_topology', 'fail_together',
            'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',

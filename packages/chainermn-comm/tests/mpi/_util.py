@@ -80,10 +80,10 @@ def half_mean_expected(per_rank, nodes=None):
     sends nothing: its sum times ``1/size`` is the result.  With several nodes the ranks
     agree on a power of two ``2**e`` that puts the largest ``|value|`` just below
     ``2**TOP_EXP``; each node sends ``float16(sum * 2**e / size)``; the nodes' terms are
-    added in float32 and rounded once (not at all with two nodes: ``_half``'s one phase);
+    added in float32 and rounded once (not at all with two nodes: ``reduce.half``'s one phase);
     the result is multiplied by ``2**-e`` in float32.
     """
-    from chainermn_comm._half import MAX_EXP, MIN_EXP, TOP_EXP
+    from chainermn_comm.reduce.half import MAX_EXP, MIN_EXP, TOP_EXP
     size = len(per_rank)
     dtype = per_rank[0].dtype
     if nodes is None:
@@ -125,7 +125,7 @@ def bf16_mean_expected(per_rank, nodes=None):
     ``nodes`` as in :func:`half_mean_expected`.  Each node's float32 sum (each rank's value
     alone when None) is rounded to bfloat16; the terms are added in float32 in node order,
     multiplied by ``float32(1/size)``, rounded to bfloat16 once more (not with two nodes:
-    ``_half``'s one phase) and widened.  One node sends nothing: its float32 sum times
+    ``reduce.half``'s one phase) and widened.  One node sends nothing: its float32 sum times
     ``1/size`` is the result.
     """
     size = len(per_rank)

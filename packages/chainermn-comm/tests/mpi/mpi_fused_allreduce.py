@@ -6,7 +6,8 @@ import numpy
 import pytest
 
 import chainermn_comm
-from chainermn_comm import CommunicationError, _wire
+from chainermn_comm import CommunicationError
+from chainermn_comm.reduce import wire as _wire
 
 FNS = {'sum': numpy.add, 'prod': numpy.multiply, 'max': numpy.maximum, 'min': numpy.minimum}
 

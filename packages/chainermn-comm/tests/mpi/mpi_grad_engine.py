@@ -4,9 +4,9 @@ import numpy
 import pytest
 from mpi4py import MPI
 
-from chainermn_comm import _grad
-from chainermn_comm import _half
-from chainermn_comm import _stream
+from chainermn_comm.reduce import chunked as _grad
+from chainermn_comm.reduce import half as _half
+from chainermn_comm.reduce import stream as _stream
 
 from _util import bf16_mean_expected, half_mean_expected
 

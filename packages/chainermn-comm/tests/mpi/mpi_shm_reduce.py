@@ -6,8 +6,8 @@ import numpy
 import pytest
 from mpi4py import MPI
 
-from chainermn_comm import _grad
-from chainermn_comm import _shm_reduce
+from chainermn_comm.reduce import chunked as _grad
+from chainermn_comm.reduce import node_shared as _shm_reduce
 from chainermn_comm import _topology
 
 from _util import bf16_mean_expected, half_mean_expected

@@ -1,4 +1,4 @@
-"""Per-rank tests of the tuner (``_tune``): one schedule, one decision on every rank (run by test_tune_mpi.py)."""
+"""Per-rank tests of the tuner (``reduce.tune``): one schedule, one decision on every rank (run by test_tune_mpi.py)."""
 
 import logging
 import sys
@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import chainermn_comm
-from chainermn_comm import _tune
+from chainermn_comm.reduce import tune as _tune
 from chainermn_comm._errors import CommunicationError
 
 COMM = MPI.COMM_WORLD

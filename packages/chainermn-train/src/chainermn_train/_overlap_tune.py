@@ -5,7 +5,7 @@ warms up with the defaults, then each axis is timed over a few whole ``run_backw
 (backward and the average it hides, the slowest rank's time) and the fastest value kept, the
 same on every rank.  Axes, in order: the wire format (``allreduce_grad_dtype='auto'``), the
 mode (``thread``, ``inline``, ``end``), the bucket size (not for ``end``), then the node
-reducer's knobs (shared memory, chunk sizes; see ``chainermn_comm._tune``).  None of them
+reducer's knobs (shared memory, chunk sizes; see ``chainermn_comm.reduce.tune``).  None of them
 changes the bits of the average (tested), except the wire, which ``'auto'`` allows.
 ``CHAINERMN_OVERLAP_MODE`` and ``CHAINERMN_OVERLAP_BUCKET_BYTES`` pin theirs;
 ``CHAINERMN_TUNE=0`` pins every knob.

@@ -3,8 +3,8 @@
 import numpy
 
 from chainermn_comm import _arrays
-from chainermn_comm import _dtypes
-from chainermn_comm import _tune
+from chainermn_comm.reduce import dtypes as _dtypes
+from chainermn_comm.reduce import tune as _tune
 from chainermn_comm.guard import stable_code
 from chainermn_comm._mpi_base import (ArrayMessage, MpiCommunicatorBase, _Fail, _raise_if_failed,
                                       op_name)

@@ -34,7 +34,7 @@ import math
 
 import numpy
 
-from chainermn_comm import _codecs
+from chainermn_comm.reduce import codecs as _codecs
 
 __all__ = ['scale_into', 'Layout', 'start_exchange', 'add_own', 'start_gather', 'one_phase',
            'start_allgather', 'sum_all', 'sum_into', 'InFlightSum', 'TOP_EXP', 'MIN_EXP', 'MAX_EXP',

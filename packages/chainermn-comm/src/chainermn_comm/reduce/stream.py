@@ -18,8 +18,8 @@ import time
 
 import numpy
 
-from chainermn_comm import _codecs
-from chainermn_comm import _half
+from chainermn_comm.reduce import codecs as _codecs
+from chainermn_comm.reduce import half as _half
 
 __all__ = ['Piece', 'cut', 'run', 'SumOp', 'HalfSumOp', 'BcastOp', 'POKE_ELEMS', 'POLITE_PAUSE',
            'MAX_PAUSE', 'POLL_BYTES', 'Pacer', 'polite_wait']
@@ -267,14 +267,14 @@ class SumOp(_Op):
 
 
 class HalfSumOp(_Op):
-    """Average with 16-bit words on the wire (float16 or bfloat16), summed in float32 (``_half``).
+    """Average with 16-bit words on the wire (float16 or bfloat16), summed in float32 (``reduce.half``).
 
     Two phases per piece: phase 1 hands every rank all ranks' copies of its segment of the
     piece (``Ialltoallv``); between the phases the owner adds them in float32 in rank order,
     multiplies by ``post`` and rounds once; phase 2 gathers the segments back
     (``Iallgatherv``).  Values are multiplied by their array's ``up`` factor as they are
     packed (float16: ``1/size`` times a power of two, :meth:`use_factors`) and by its
-    ``down`` factor as they are unpacked.  Two ranks take one phase (``_half.one_phase``):
+    ``down`` factor as they are unpacked.  Two ranks take one phase (``reduce.half.one_phase``):
     an ``Iallgather`` of the whole piece, then each rank adds both copies in float32, times
     ``post``, and unpacks those sums (times ``down``) without rounding them again.
     """

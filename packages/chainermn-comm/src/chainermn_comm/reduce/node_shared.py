@@ -22,8 +22,8 @@ On one node the unpack of chunk ``k`` follows its barrier at once, while the sum
 A 2-byte reduction dtype (``allreduce_grad_dtype=float16`` or ``'bfloat16'``) is a format for
 the wire, and shared memory is no wire: the node stages and sums in float32, and only the
 cross-node sum of each share travels in 16 bits.  Its owner casts the node's float32 sum once
-(float16: times the power of two of ``_half.shared_factors``), the nodes' terms are added in
-float32 and rounded once (not with two nodes: ``_half``), and the owner writes the result,
+(float16: times the power of two of ``reduce.half.shared_factors``), the nodes' terms are added in
+float32 and rounded once (not with two nodes: ``reduce.half``), and the owner writes the result,
 back in float32, where its peers copy it from.  Each value is cast to and from the wire
 format once per node instead of once per rank, and the sums lose nothing inside a node.
 
@@ -34,10 +34,10 @@ buffers.  Each element's sum is computed by its owner, so every rank ends with t
 
 import numpy
 
-from chainermn_comm import _codecs
-from chainermn_comm import _grad
-from chainermn_comm import _half
-from chainermn_comm import _stream
+from chainermn_comm.reduce import codecs as _codecs
+from chainermn_comm.reduce import chunked as _grad
+from chainermn_comm.reduce import half as _half
+from chainermn_comm.reduce import stream as _stream
 from chainermn_comm import settings
 from chainermn_comm._errors import CommunicationError
 from chainermn_comm.protocol import SHM_CHUNK_BYTES_ENV, SHM_REDUCE_ENV
@@ -49,7 +49,7 @@ SHM_ENV = SHM_REDUCE_ENV
 #: Bytes of gradient per chunk of the shared-memory average.
 SHM_CHUNK_ENV = SHM_CHUNK_BYTES_ENV
 DEFAULT_SHM_CHUNK_BYTES = 1024 * 1024
-#: The chunk sizes the tuner may choose from (``_tune``) when the size is not pinned.
+#: The chunk sizes the tuner may choose from (``reduce.tune``) when the size is not pinned.
 SHM_CHUNK_CHOICES = (512 * 1024, 1024 * 1024, 2048 * 1024)
 _PLAN_CACHE_SIZE = 64
 
@@ -216,7 +216,7 @@ class NodeReducer:
             _mean_on_node(state, plan, src, dst, [scale] * len(src), scratch)
             return
         ups, post = None, 1.0
-        if codec is not None and codec.prescale:  # a power of two per array before the cast (``_half``)
+        if codec is not None and codec.prescale:  # a power of two per array before the cast (``reduce.half``)
             ups, downs = _half.shared_factors(self.mpi_comm, src, scale,
                                               _stream.polite_wait if self.chunked.polite else None)
         elif codec is not None:  # bfloat16: float32's range; the owners scale the sums

@@ -4,7 +4,7 @@ A wire format says how a float32 (or float64) term becomes 16 bits on the wire a
 how the owner of a segment adds the ranks' terms in float32:
 
 - ``FLOAT16``: NumPy's float16 cast.  Terms are scaled first (``1/size`` times a power of two
-  the ranks agree on, ``_half.shared_factors``), because float16's range is narrow.
+  the ranks agree on, ``reduce.half.shared_factors``), because float16's range is narrow.
 - ``BFLOAT16``: float32's sign and exponent with an 8-bit mantissa: the upper 16 bits of the
   float32, rounded to nearest even (integer work at memory speed, no prescaling: the range is
   float32's).  Carried as ``uint16`` words, so neither NumPy nor MPI needs to know the type;

@@ -5,16 +5,16 @@ Large gradients are all-reduced in place in slices of ``chunk_bytes`` and scaled
 Small gradients (below ``direct_bytes``) are packed into reused buffers of
 ``chunk_bytes``, all-reduced together, and copied back with the averaging fused into
 the copy, so that a hundred tiny arrays cost one message rather than a hundred.  The
-pieces are pipelined (``_stream``): copies of one overlap the transfer of the others.
+pieces are pipelined (``reduce.stream``): copies of one overlap the transfer of the others.
 """
 
 import operator
 
 import numpy
 
-from chainermn_comm import _codecs
-from chainermn_comm import _half
-from chainermn_comm import _stream
+from chainermn_comm.reduce import codecs as _codecs
+from chainermn_comm.reduce import half as _half
+from chainermn_comm.reduce import stream as _stream
 from chainermn_comm import settings
 from chainermn_comm.guard import stable_code
 from chainermn_comm.protocol import CHUNK_BYTES_ENV, DIRECT_BYTES_ENV
@@ -25,7 +25,7 @@ __all__ = ['ChunkedReducer', 'reduction_key', 'collect_params', 'params_key', 'p
 
 CHUNK_ENV = CHUNK_BYTES_ENV
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
-#: The chunk sizes the tuner may choose from (``_tune``) when the size is not pinned.
+#: The chunk sizes the tuner may choose from (``reduce.tune``) when the size is not pinned.
 CHUNK_CHOICES = (1024 * 1024, 4 * 1024 * 1024, 16 * 1024 * 1024)
 #: The same for a 16-bit wire: its pipeline keeps float32 and wire buffers per slot, and a 16 MiB
 #: chunk's first call paid 0.3-0.5 s for them on the namespace cluster and never won afterwards.
@@ -88,7 +88,7 @@ class ChunkedReducer:
     Arrays of at least ``direct_bytes`` (and already in the reduction dtype) are all-reduced
     in place, slice by slice, and averaged while the slice is still in cache: no pack and no
     unpack.  Smaller arrays are packed together into reused chunk buffers, so that many tiny
-    gradients cost one message instead of one each.  Pieces are pipelined (``_stream``):
+    gradients cost one message instead of one each.  Pieces are pipelined (``reduce.stream``):
     packing, casting and unpacking of one piece overlap the transfer of the others.
     """
 
@@ -107,8 +107,8 @@ class ChunkedReducer:
         self.mpi_comm = mpi_comm
         self.chunk_bytes = int(chunk_bytes)
         self.direct_bytes = int(direct_bytes)
-        #: Wait for transfers sleeping between tests instead of spinning (see ``_stream.run``):
-        #: False, True (the shortest pause) or a ``_stream.Pacer`` (a pause fitted to the link).
+        #: Wait for transfers sleeping between tests instead of spinning (see ``reduce.stream.run``):
+        #: False, True (the shortest pause) or a ``reduce.stream.Pacer`` (a pause fitted to the link).
         self.polite = False
         self._ops = {}
 
@@ -137,9 +137,9 @@ class ChunkedReducer:
 
         ``dtype`` is the dtype the reduction runs in (the arrays' own when None), or
         ``'bfloat16'``.  Sums are scaled by ``1/size`` after the reduction.  The 2-byte wires
-        (``_codecs``) add their terms in float32 and round once (``_half``); float16 terms are
+        (``reduce.codecs``) add their terms in float32 and round once (``reduce.half``); float16 terms are
         scaled before the cast, together with a power of two per array that the ranks agree on
-        (``_half.shared_factors``), so that sums cannot overflow and small values stay normal;
+        (``reduce.half.shared_factors``), so that sums cannot overflow and small values stay normal;
         bfloat16 has float32's range and multiplies the float32 sum by ``1/size`` instead.
         Either way each element gets the same operations whichever path it takes.
         """
@@ -182,7 +182,7 @@ def _never(a):
 
 
 def reduction_key(dtype, array_dtype):
-    """Return what the sums of an array of ``array_dtype`` run in: a wire format (``_codecs``) or a dtype."""
+    """Return what the sums of an array of ``array_dtype`` run in: a wire format (``reduce.codecs``) or a dtype."""
     want = array_dtype if dtype is None else dtype
     try:
         return _keys[want]

@@ -35,14 +35,14 @@ def validate_grad_dtype(dtype):
     """Return ``dtype`` as a float numpy dtype, ``'bfloat16'``, ``'auto'`` or None; else raise ValueError.
 
     ``'bfloat16'`` (or ``ml_dtypes.bfloat16`` where ml_dtypes is installed) is a 16-bit wire
-    carried as uint16 words (``_codecs``); ``'auto'`` lets the tuner choose among float32,
-    float16 and bfloat16 (``_tune``).
+    carried as uint16 words (``reduce.codecs``); ``'auto'`` lets the tuner choose among float32,
+    float16 and bfloat16 (``reduce.tune``).
     """
     if dtype is None:
         return None
     if isinstance(dtype, str) and dtype.strip().lower() == 'auto':
         return 'auto'
-    from chainermn_comm import _codecs
+    from chainermn_comm.reduce import codecs as _codecs
     if _codecs.is_bfloat16(dtype):
         return _codecs.BFLOAT16_NAME
     try:

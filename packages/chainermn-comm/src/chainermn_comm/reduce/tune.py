@@ -45,9 +45,9 @@ import zlib
 
 import numpy
 
-from chainermn_comm import _codecs
-from chainermn_comm import _grad
-from chainermn_comm import _shm_reduce
+from chainermn_comm.reduce import codecs as _codecs
+from chainermn_comm.reduce import chunked as _grad
+from chainermn_comm.reduce import node_shared as _shm_reduce
 from chainermn_comm import settings
 from chainermn_comm._errors import CommunicationError
 from chainermn_comm.protocol import SHM_REDUCE_ENV, TUNE_ENV
@@ -194,7 +194,7 @@ class Tuner:
         if h[0] != -h[1]:
             raise CommunicationError(
                 'rank {}: the ranks would tune {} of {} over different values (here {}); the '
-                'CHAINERMN_* variables that pin it (see chainermn_comm._tune) must be the same on '
+                'CHAINERMN_* variables that pin it (see chainermn_comm.reduce.tune) must be the same on '
                 'every rank'.format(self.mpi_comm.Get_rank(), name, self.what,
                                     ', '.join(label(v) for v in values)))
 

@@ -3,9 +3,9 @@
 import numpy
 
 from chainermn_comm import _arrays
-from chainermn_comm import _grad
+from chainermn_comm.reduce import chunked as _grad
 from chainermn_comm import trace
-from chainermn_comm import _tune
+from chainermn_comm.reduce import tune as _tune
 
 __all__ = ['ModelCollectives', 'arrays_traced']
 
@@ -68,7 +68,7 @@ class ModelCollectives:
                 p.grad[...] = _arrays.like(a, p.grad)
 
     def _tuned_mean(self):
-        """Return the plain path's average under the tuner (``_tune``), made at first use."""
+        """Return the plain path's average under the tuner (``reduce.tune``), made at first use."""
         tuned = self.__dict__.get('_tuned')
         if tuned is None or tuned.reducer is not self._reducer:
             tuned = self.__dict__['_tuned'] = _tune.TunedMean(self._reducer, self.allreduce_grad_dtype)
