@@ -147,7 +147,12 @@ class Cluster(object):
         state, self._state = self._state, None
         try:
             with _registry.locked() as base:
-                _teardown.teardown(base, state)
+                recorded, _ = _registry.read_state(base, state['prefix'])
+                if isinstance(recorded, dict) and recorded.get('token') == state['token']:
+                    _teardown.teardown(base, state)
+                else:       # swept by a run that took this process for dead: its names may be reused
+                    warnings.warn('chainermn cluster: cluster {} was already removed by another run; '
+                                  'nothing is removed now'.format(state['prefix']))
         except _registry.RegistryRefused as e:
             warnings.warn('{} Removing cluster {} without it; its state directory stays.'.format(
                 e, state['prefix']))

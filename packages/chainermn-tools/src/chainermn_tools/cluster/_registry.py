@@ -28,7 +28,7 @@ from chainermn_comm.protocol import CLUSTER_DIR_ENV
 from chainermn_tools.cluster._support import ClusterUnavailable
 
 __all__ = ['RegistryRefused', 'cluster_dir', 'open_registry', 'locked', 'process_start', 'alive',
-           'read_states', 'write_state', 'make_state_dir', 'remove_state', 'prefix_for',
+           'read_state', 'read_states', 'write_state', 'make_state_dir', 'remove_state', 'prefix_for',
            'index_of', 'pick_index', 'names_in_use', 'PREFIX_RE', 'NAME_RE', 'MAX_CLUSTERS',
            'DEFAULT_DIR', 'SCRATCH_PARENT']
 
@@ -187,6 +187,11 @@ def _load(path):
         return json.loads(data.decode()), None
     except ValueError as e:
         return None, 'it is not JSON ({})'.format(e)
+
+
+def read_state(base, prefix):
+    """Return ``(state, None)`` for the state file of ``prefix``, or ``(None, why)`` when it cannot be trusted."""
+    return _load(os.path.join(base, prefix, _STATE))
 
 
 def _leave_alone(path, why):
