@@ -61,6 +61,7 @@ def used_subnets():
 
 def _no_ipv6(name):
     """Keep IPv6 (link-local addresses) off a root-namespace interface: the cluster speaks 198.18/15 only."""
+    # A kernel setting, not a file: written in place (safe_files' rename cannot apply to /proc).
     path = '/proc/sys/net/ipv6/conf/{}/disable_ipv6'.format(name)
     if os.path.exists(path):
         with open(path, 'w') as f:

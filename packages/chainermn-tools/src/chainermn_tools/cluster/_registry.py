@@ -127,7 +127,10 @@ def open_registry():
 def locked():
     """Hold the registry's exclusive lock; yield the registry path."""
     base = open_registry()
-    fd = safe_files.open_lock(os.path.join(base, 'lock'), mode=0o600, allow_shared=False)
+    try:
+        fd = safe_files.open_lock(os.path.join(base, 'lock'), mode=0o600, allow_shared=False)
+    except safe_files.UntrustedPathError as e:
+        raise RegistryRefused('chainermn cluster: {} (in the cluster registry {})'.format(e, base)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield base
