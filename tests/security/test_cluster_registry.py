@@ -1,4 +1,4 @@
-"""The cluster tool's registry cannot be turned against root: refused when not private, never a kill or delete of what it did not make.
+"""The cluster tool's registry cannot be turned against root: refused unless private; kills and deletes only its own.
 
 Each test uses a registry of its own (``CHAINERMN_CLUSTER_DIR`` under a fresh private directory)
 and removes everything it made, clusters and victims, also when it fails. Needs root (namespaces,

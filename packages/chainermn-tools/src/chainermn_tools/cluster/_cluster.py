@@ -64,7 +64,7 @@ class Cluster(object):
         return False
 
     def start(self):
-        """Build the nodes (after removing this registry's clusters left by dead runs); raise ClusterUnavailable if impossible."""
+        """Build the nodes (after sweeping this registry's dead clusters); raise ClusterUnavailable if impossible."""
         if self._state is not None:
             raise RuntimeError('cluster {} is already started'.format(self.prefix))
         shaped = self.delay_ms is not None or self.loss_pct is not None

@@ -89,7 +89,7 @@ def make_bridge(name, address, prefixlen, created=None):
 
 
 def add_node_link(host_end, bridge, netns, address, prefixlen, created=None):
-    """Connect ``netns`` to ``bridge`` with a veth (``eth0`` inside) holding ``address`` (``created()`` once it exists)."""
+    """Connect ``netns`` to ``bridge`` with a veth (``eth0`` inside) holding ``address``; ``created()`` once made."""
     ip('link', 'add', host_end, 'type', 'veth', 'peer', 'name', NODE_IFACE, 'netns', netns)
     if created is not None:
         created()

@@ -42,7 +42,7 @@ def teardown(base, state):
 
 
 def sweep(base, states):
-    """Tear down the clusters of ``states`` (validated, of registry ``base``) whose owner is dead; return the live ones.
+    """Tear down the clusters of ``states`` (validated, of ``base``) whose owner is dead; return the live ones.
 
     Call with the registry lock held.
     """
