@@ -163,3 +163,23 @@ def test_other_user_cannot_redirect_root_writes(reachable_dir):
     assert secret.read_bytes() == b'root only'
     st = os.lstat(shared / 'out')
     assert stat.S_ISREG(st.st_mode) and st.st_uid == 0
+
+
+def test_open_new_makes_a_new_file_only(tmp_path):
+    target = tmp_path / 'node.log'
+    old = os.umask(0o022)
+    try:
+        fd = safe_files.open_new(str(target), mode=0o600)
+    finally:
+        os.umask(old)
+    os.write(fd, b'a')
+    os.close(fd)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600 and target.read_bytes() == b'a'
+    with pytest.raises(FileExistsError):
+        safe_files.open_new(str(target))
+    victim = tmp_path / 'victim'
+    victim.write_bytes(b'keep')
+    os.symlink(str(victim), str(tmp_path / 'planted.log'))
+    with pytest.raises(FileExistsError):
+        safe_files.open_new(str(tmp_path / 'planted.log'))
+    assert victim.read_bytes() == b'keep'

@@ -15,6 +15,7 @@ import os
 __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'PREEMPTED_EXIT_STATUS',
            'LAUNCH_STATUS_ENV', 'LaunchStatusWriter', 'read_launch_status',
            'ALLOW_PICKLE_ENV', 'CHECK_ENV', 'CHUNK_BYTES_ENV', 'CLUSTER_DIR_ENV', 'CLUSTER_JOB_ENV',
+           'CLUSTER_TOKEN_ENV',
            'CUDA_AWARE_ENV', 'DEBUG_ENV', 'DIRECT_BYTES_ENV', 'ELASTIC_ENV', 'FORCE_ABORT_ENV',
            'LAUNCH_RESTARTS_ENV', 'NODE_LOCAL_ENV', 'OVERLAP_BUCKET_BYTES_ENV', 'OVERLAP_MODE_ENV',
            'RANKS_PER_NODE_ENV', 'SHM_CHUNK_BYTES_ENV', 'SHM_REDUCE_ENV', 'SLURM_PMI_FIX_ENV',
@@ -47,6 +48,7 @@ CHECK_ENV = 'CHAINERMN_CHECK'
 CHUNK_BYTES_ENV = 'CHAINERMN_CHUNK_BYTES'
 CLUSTER_DIR_ENV = 'CHAINERMN_CLUSTER_DIR'
 CLUSTER_JOB_ENV = 'CHAINERMN_CLUSTER_JOB'
+CLUSTER_TOKEN_ENV = 'CHAINERMN_CLUSTER_TOKEN'
 CUDA_AWARE_ENV = 'CHAINERMN_CUDA_AWARE'
 DEBUG_ENV = 'CHAINERMN_DEBUG'
 DIRECT_BYTES_ENV = 'CHAINERMN_DIRECT_BYTES'
@@ -78,8 +80,11 @@ VARIABLES = collections.OrderedDict((v.name, v) for v in [
     _var(CHECK_ENV, 'flag', True, 'check that all ranks call the same collective (0 skips it)'),
     _var(CHUNK_BYTES_ENV, 'int', None, 'bytes per piece of the chunked gradient all-reduce',
          minimum=1),
-    _var(CLUSTER_DIR_ENV, 'text', None, 'where namespace clusters keep their state'),
+    _var(CLUSTER_DIR_ENV, 'text', None, 'where namespace clusters keep their state (default '
+         '/run/chainermn-cluster; root-owned, mode 0700)'),
     _var(CLUSTER_JOB_ENV, 'text', None, 'the namespace-cluster job a process belongs to'),
+    _var(CLUSTER_TOKEN_ENV, 'text', None, 'the secret of a namespace-cluster node\'s holder (set by '
+         'the cluster tool; proves the node is its own before a kill)'),
     _var(CUDA_AWARE_ENV, 'tristate', None, 'whether MPI may be handed GPU memory (unset: detect)'),
     _var(DEBUG_ENV, 'flag', False, 'check every collective\'s arguments across ranks'),
     _var(DIRECT_BYTES_ENV, 'int', None, 'arrays at least this big are all-reduced in place',

@@ -1,7 +1,8 @@
 """Write files safely and trust only what this user owns: the one writer and checker of the project.
 
 Every file chainermn writes (snapshots, trace parts, the merged trace, lock files, the launcher's
-status file, the cluster registry) goes through :func:`atomic_write` or :func:`open_lock`:
+status file, the cluster registry) goes through :func:`atomic_write` or :func:`open_lock` (or,
+for a log that another process appends to, :func:`open_new`):
 
 - the bytes go to a new file made with ``O_CREAT|O_EXCL|O_NOFOLLOW`` under an unpredictable name
   in the target directory (``tempfile.mkstemp``), so a name planted by someone else (a symlink, a
@@ -31,7 +32,7 @@ import tempfile
 from chainermn_comm.protocol import TRUST_SHARED_ENV
 
 __all__ = ['UntrustedPathError', 'TRUST_SHARED_ENV', 'atomic_write', 'write_bytes', 'write_text',
-           'open_lock', 'fsync_dir', 'current_umask', 'check_directory', 'check_file',
+           'open_lock', 'open_new', 'fsync_dir', 'current_umask', 'check_directory', 'check_file',
            'open_trusted', 'shared_allowed', 'describe_owner']
 
 _FIX = ('Use a directory that only you can write (for example `mkdir -m 700 DIR`), or, if you '
@@ -144,6 +145,17 @@ def open_lock(path, mode=0o644, allow_shared=None):
         os.close(fd)
         raise
     return fd
+
+
+def open_new(path, mode=0o666):
+    """Return a write-only, appending file descriptor of a new file ``path`` (a log another process writes).
+
+    Made exclusively and never through a symlink (``FileExistsError`` if anything is at ``path``);
+    its mode is ``mode & ~umask``.
+    """
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+             | getattr(os, 'O_CLOEXEC', 0))
+    return os.open(path, flags, mode & ~current_umask() & 0o777)
 
 
 def describe_owner(uid):
