@@ -38,7 +38,7 @@ class Visitor:
         return obj
 
     def enter(self, obj, path):
-        """Return False to leave ``obj`` unwalked (it was seen first at ``path``)."""
+        """Return False to leave ``obj`` (reached first at ``path``) unwalked."""
         return True
 
 
