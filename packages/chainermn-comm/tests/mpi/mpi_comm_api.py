@@ -535,6 +535,22 @@ def test_mean_grad_zero_fill_one_rank_without_grad(comm):
     assert model.l2.b.grad is None and model.l2.W.grad is None
 
 
+def test_mean_grad_takes_a_shared_parameter_once(comm):
+    """A link registered under two names is averaged once: twice would divide its sum twice."""
+    big = L.Linear(256, 300)    # W: 300 KiB of float32, all-reduced in place
+    small = L.Linear(3, 2)      # packed with others
+    model = chainer.Chain()
+    with model.init_scope():
+        model.a, model.b, model.c, model.d = big, big, small, small
+    params = [big.W, big.b, small.W, small.b]
+    for i, p in enumerate(params):
+        p.grad = numpy.full(p.array.shape, (comm.rank + 1) * (i + 1), dtype=p.array.dtype)
+    comm.multi_node_mean_grad(model)
+    mean = sum(r + 1 for r in range(comm.size)) / comm.size
+    for i, p in enumerate(params):
+        assert_same(p.grad, numpy.full(p.array.shape, mean * (i + 1), dtype=p.array.dtype))
+
+
 @pytest.mark.parametrize('grad_dtype', [numpy.float16, numpy.float64, 'float32'])
 def test_allreduce_grad_dtype(comm, grad_dtype):
     c = chainermn_comm.create_communicator('naive', allreduce_grad_dtype=grad_dtype)
