@@ -73,6 +73,22 @@ def test_unknown_name_lists_valid_names():
             assert name in str(err)
 
 
+
+def test_misspelt_names_get_a_suggestion():
+    # Issue 44: a name that does not exist names the closest one that does (on every rank).
+    for bad, good in (('hierachical', 'hierarchical'), ('NAIVE', 'naive'), ('pure-nccl', 'pure_nccl'),
+                      ('two_dim', 'two_dimensional')):
+        expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator(bad),
+                          "unknown communicator name {!r}. Did you mean {!r}?".format(bad, good))
+    err = expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator('zzz'))
+    assert 'Did you mean' not in str(err)
+    for bad, good in (('flaot16', 'float16'), ('bf16', 'bfloat16'), ('atuo', 'auto')):
+        expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator(
+            'naive', allreduce_grad_dtype=bad), "got {!r}. Did you mean {!r}?".format(bad, good))
+    err = expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator(
+        'naive', allreduce_grad_dtype=numpy.int32), 'allreduce_grad_dtype')
+    assert 'Did you mean' not in str(err)
+
 @pytest.mark.skipif(_gpu_support.gpu_available(), reason='a GPU is available here')
 @pytest.mark.parametrize('name', ['flat', 'hierarchical', 'two_dimensional', 'single_node',
                                   'pure_nccl', 'non_cuda_aware'])
