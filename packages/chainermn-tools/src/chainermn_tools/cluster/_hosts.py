@@ -4,7 +4,8 @@ import os
 import shutil
 import stat
 
-__all__ = ['hosts_text', 'write_netns_hosts', 'remove_netns_files', 'write_hostfile', 'write_launcher']
+__all__ = ['hosts_text', 'write_netns_hosts', 'remove_netns_files', 'core_slices', 'write_hostfile',
+           'write_launcher']
 
 NETNS_ETC = '/etc/netns'
 
@@ -55,10 +56,24 @@ def remove_netns_files(netns):
         pass
 
 
-def write_hostfile(path, names, ranks_per_node):
-    """Write an mpiexec host file: ``ranks_per_node`` slots on each node."""
+def core_slices(cpus, nodes, ranks_per_node):
+    """Return each node's CPUs (one per rank, disjoint) from ``cpus``, or None when too few.
+
+    The nodes share this machine's CPUs: a node's Hydra proxy would bind its ranks from CPU 0 up,
+    the same CPUs on every node, so each node is given its own slice instead.
+    """
+    cpus = sorted(cpus)
+    if nodes * ranks_per_node > len(cpus):
+        return None
+    return [cpus[i * ranks_per_node:(i + 1) * ranks_per_node] for i in range(nodes)]
+
+
+def write_hostfile(path, names, ranks_per_node, slices=None):
+    """Write an mpiexec host file: ``ranks_per_node`` slots on each node, bound to ``slices[i]`` if given."""
     with open(path, 'w') as f:
-        f.write(''.join('{}:{}\n'.format(n, ranks_per_node) for n in names))
+        for i, n in enumerate(names):
+            bind = '' if slices is None else ' binding=user:' + ','.join(map(str, slices[i]))
+            f.write('{}:{}{}\n'.format(n, ranks_per_node, bind))
     return path
 
 
