@@ -90,7 +90,7 @@ def _summary(runs):
     return {'calls': sorted({r['calls'] for r in runs}), 'cost_median': statistics.median(costs),
             'cost_max': max(costs), 'costs': costs,
             'steady_ms': statistics.median(statistics.median(r['steady_s']) for r in runs) * 1e3,
-            'choices': [r['choice'] for r in runs]}
+            'choices': [r['choice'] for r in runs], 'runs': runs}
 
 
 def _argv(args, model, old_path, out):

@@ -179,15 +179,23 @@ def _ranges(ranks):
 
 def _apply(threads):
     """Set every loaded BLAS and OpenMP pool to ``threads``; export it for what starts later."""
-    from threadpoolctl import threadpool_limits
-    threadpool_limits(limits=threads)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(limits=threads)
+    except Exception as e:  # never fail one rank in the middle of a collective creation
+        from chainermn_comm.log import get_logger
+        get_logger('threads').warning('could not size the thread pools with threadpoolctl (%s: %s); '
+                                      'libraries loaded from now on use %d', type(e).__name__, e, threads)
     for name in POOL_VARIABLES + (THREADS_CHOSEN_ENV,):
         os.environ[name] = str(threads)
 
 
 def pools():
     """Return ``[(library, threading layer, threads)]`` of the BLAS and OpenMP pools loaded now."""
-    from threadpoolctl import threadpool_info
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
     return [(p.get('internal_api'), p.get('threading_layer'), p.get('num_threads'))
             for p in threadpool_info()]
 
