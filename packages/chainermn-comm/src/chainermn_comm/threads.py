@@ -169,7 +169,8 @@ def oversubscription(facts):
                 parts.append('ranks {} are bound to the same CPU{} ({})'.format(
                     _ranges(group), 's' if bin(mask).count('1') > 1 else '', cpu_list(mask)))
         if parts:
-            out.append('{} on {}'.format(', '.join(parts), '/'.join(dict.fromkeys(facts[r].host for r in ranks))))
+            hosts = '/'.join(dict.fromkeys(facts[r].host for r in ranks))
+            out.append('{} on {}'.format(', '.join(parts), hosts))
     return out
 
 
