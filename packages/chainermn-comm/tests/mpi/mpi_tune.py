@@ -67,6 +67,19 @@ def test_a_first_call_that_paid_for_its_buffers_is_timed_again():
     assert tuner.choice == {'x': 'b'} and calls == {'a': _tune.SAMPLES, 'b': _tune.SAMPLES, 'c': 1}
 
 
+def test_the_current_value_has_no_first_call_allowance():
+    # The current value ran before (the warm-up): 1.5x the best after one call is out at once,
+    # while a new value 1.5x the best gets a second call (it may have paid for its buffers).
+    calls = {'cur': 0, 'new': 0, 'fast': 0}
+
+    def seconds(cfg):
+        calls[cfg['x']] += 1
+        return {'cur': 1.5, 'new': 1.5, 'fast': 1.0}[cfg['x']]
+    tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('cur', 'new', 'fast'))], {'x': 'cur'})
+    _run(tuner, seconds)
+    assert tuner.choice == {'x': 'fast'} and calls == {'cur': 1, 'new': 2, 'fast': 2}, calls
+
+
 def test_a_challenger_must_win_by_the_margin():
     times = {'keep': 1.0, 'close': 1.0 - _tune.MARGIN / 2, 'far': 1.0 - 2 * _tune.MARGIN}
     tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('keep', 'close'))], {'x': 'keep'})

@@ -12,7 +12,8 @@ slowest rank's times.  What a schedule may cost is bounded:
   carry over;
 - a value more than ``DROP_FIRST`` (2) times slower than the best call seen in the schedule is
   not timed again in it (a float16 wire on a fast link costs one update, not three); after a
-  value's second call, one more than ``DROP`` times slower than the best of its axis is out too;
+  value's second call, or the first of the current value (which ran before: the warm-up, an
+  earlier axis), one more than ``DROP`` times slower than the best of its axis is out too;
 - the schedule takes at most ``MAX_CALLS`` (10) calls, its warm-up included: a value gets another
   round (up to ``SAMPLES`` calls) only while the first calls of the later axes still fit, and an
   axis whose first calls do not fit keeps its current value (logged as such).
@@ -236,10 +237,11 @@ class Tuner:
         best = t.min(axis=1)
         self._best = min(self._best, float(best.min()))
         self._round += 1
-        # Out for this schedule: DROP_FIRST x the best time seen in it; after a value's second
-        # call, DROP x the best of this axis.
+        # Out for this schedule: DROP_FIRST x the best time seen in it; DROP x the best of this
+        # axis after a value's second call, or after the first call of the current value (it ran
+        # before, e.g. as the warm-up: its buffers are paid for).
         race = [i for i in range(len(best)) if best[i] <= DROP_FIRST * self._best and (
-            len(self._times[i]) < 2 or best[i] <= DROP * best.min())]
+            (len(self._times[i]) < 2 and i > 0) or best[i] <= DROP * best.min())]
         more = [i for i in race if len(self._times[i]) < SAMPLES]
         leader = int(numpy.argmin(best))
         if len(race) > 1 and more and \
