@@ -4,7 +4,7 @@ import functools
 
 import numpy
 
-from chainermn_comm import _arrays, _finalize, _topology, trace
+from chainermn_comm import _arrays, _finalize, _topology, threads, trace
 from chainermn_comm.reduce import dtypes as _dtypes
 from chainermn_comm.reduce import node_shared as _shm_reduce
 from chainermn_comm.reduce import wire as _wire
@@ -48,6 +48,7 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
         self._rank = mpi_comm.Get_rank()
         self._size = mpi_comm.Get_size()
         self._topology = _topology.detect_topology(mpi_comm)
+        threads.size_thread_pools(mpi_comm)  # BLAS/OpenMP pools: this rank's share of its CPUs
         self.allreduce_grad_dtype = _dtypes.validate_grad_dtype(allreduce_grad_dtype)
         self.batched_copy = bool(batched_copy)
         self._init_kwargs = dict(allreduce_grad_dtype=allreduce_grad_dtype,

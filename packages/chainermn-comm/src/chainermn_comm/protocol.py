@@ -19,7 +19,8 @@ __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'PREEMPTED_EXIT_STAT
            'CUDA_AWARE_ENV', 'DEBUG_ENV', 'DIRECT_BYTES_ENV', 'ELASTIC_ENV', 'FORCE_ABORT_ENV',
            'LAUNCH_RESTARTS_ENV', 'NODE_LOCAL_ENV', 'OVERLAP_BUCKET_BYTES_ENV', 'OVERLAP_MODE_ENV',
            'RANKS_PER_NODE_ENV', 'SHM_CHUNK_BYTES_ENV', 'SHM_REDUCE_ENV', 'SLURM_PMI_FIX_ENV',
-           'STALL_SECONDS_ENV', 'START_FRESH_ENV', 'STRAGGLER_ENV', 'TIMEOUT_ENV', 'TRACE_ENV',
+           'STALL_SECONDS_ENV', 'START_FRESH_ENV', 'STRAGGLER_ENV', 'THREADS_ENV',
+           'THREADS_CHOSEN_ENV', 'TIMEOUT_ENV', 'TRACE_ENV',
            'TRACE_EVENTS_ENV', 'TRUST_SHARED_ENV', 'TUNE_ENV']
 
 #: Exit status of a job that the watchdog ended (a rank was blocked longer than the timeout).
@@ -67,6 +68,9 @@ SLURM_PMI_FIX_ENV = 'CHAINERMN_SLURM_PMI_FIX'
 STALL_SECONDS_ENV = 'CHAINERMN_STALL_SECONDS'
 START_FRESH_ENV = 'CHAINERMN_START_FRESH'
 STRAGGLER_ENV = 'CHAINERMN_STRAGGLER'
+THREADS_ENV = 'CHAINERMN_THREADS'
+#: Set by chainermn: the number it exported in ``OMP_NUM_THREADS`` & co (``chainermn_comm.threads``).
+THREADS_CHOSEN_ENV = 'CHAINERMN_THREADS_CHOSEN'
 TIMEOUT_ENV = 'CHAINERMN_TIMEOUT'
 TRACE_ENV = 'CHAINERMN_TRACE'
 TRACE_EVENTS_ENV = 'CHAINERMN_TRACE_EVENTS'
@@ -109,6 +113,10 @@ VARIABLES = collections.OrderedDict((v.name, v) for v in [
     _var(START_FRESH_ENV, 'flag', False, 'start from iteration 0 when no snapshot can be used'),
     _var(STRAGGLER_ENV, 'flag', True, 'name a rank that keeps arriving late at the gradient '
          'all-reduce (0 turns the live detection off)'),
+    _var(THREADS_ENV, 'int', None, 'threads per BLAS and OpenMP pool of each rank (unset: its share '
+         'of the node\'s CPUs; 0: leave the pools alone)', minimum=0),
+    _var(THREADS_CHOSEN_ENV, 'int', None, 'set by chainermn: the thread count it exported in '
+         'OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS', minimum=1),
     _var(TRUST_SHARED_ENV, 'flag', False, 'trust directories and files that other users own or '
          'can write (checkpoints, traces): only for directories you really share (docs/security.md)'),
     _var(TUNE_ENV, 'flag', True, 'choose chunk and bucket sizes, shared memory and the overlap mode '

@@ -229,3 +229,16 @@ def test_context_manager_api(make_cluster):
     c.close()
     c.close()
     assert leftovers(prefix) == []
+
+
+def test_cli_binds_each_rank_to_a_cpu_of_its_own_where_the_cpus_suffice():
+    from chainermn_tools.cluster._hosts import core_slices
+    assert core_slices({0, 1, 2, 3}, 2, 2) == [[0, 1], [2, 3]]
+    assert core_slices({0, 1}, 2, 2) is None  # more ranks than CPUs: not bound (the OS balances them)
+    cpus = sorted(os.sched_getaffinity(0))
+    res = run_cli(['--nodes', '2', '--', 'sh', '-c', 'echo "R=$PMI_RANK $(taskset -pc $$)"'])
+    assert res.returncode == 0, res.stdout + res.stderr
+    masks = dict(re.findall(r'R=(\d) pid \d+.s current affinity list: (\S+)', res.stdout))
+    if len(cpus) >= 2:  # the nodes share this machine: each rank gets a CPU no other rank has
+        assert masks == {'0': str(cpus[0]), '1': str(cpus[1])}, res.stdout
+    assert leftovers(prefix_in(res.stderr)) == []

@@ -224,9 +224,14 @@ class Cluster(object):
 
     # -- MPI across nodes -----------------------------------------------------------------------
     def mpiexec_args(self, ranks_per_node=1):
-        """Return the mpiexec options that start ``ranks_per_node`` ranks on every node (Hydra)."""
+        """Return the mpiexec options that start ``ranks_per_node`` ranks on every node (Hydra).
+
+        Each rank is bound to a CPU of its own where this machine's CPUs (this process's affinity)
+        suffice for all the ranks of all the nodes; otherwise the ranks are not bound.
+        """
+        slices = _hosts.core_slices(os.sched_getaffinity(0), self.size, ranks_per_node)
         hostfile = _hosts.write_hostfile(os.path.join(self._dir, 'hosts.{}'.format(ranks_per_node)),
-                                         self.hostnames, ranks_per_node)
+                                         self.hostnames, ranks_per_node, slices)
         return ['-launcher', 'ssh', '-launcher-exec', self.launcher, '-f', hostfile,
                 '-localhost', self.head_address, '-genv', NODE_LOCAL_ENV, self.node_local]
 

@@ -9,7 +9,8 @@ from chainermn_comm import safe_files
 from chainermn_tools.cluster._registry import NAME_RE
 from chainermn_tools.cluster._support import ClusterUnavailable
 
-__all__ = ['hosts_text', 'write_netns_hosts', 'remove_netns_files', 'write_hostfile', 'write_launcher']
+__all__ = ['hosts_text', 'write_netns_hosts', 'remove_netns_files', 'core_slices', 'write_hostfile',
+           'write_launcher']
 
 NETNS_ETC = '/etc/netns'
 
@@ -83,9 +84,25 @@ def remove_netns_files(netns):
         shutil.rmtree(os.path.join(NETNS_ETC, netns), ignore_errors=True)
 
 
-def write_hostfile(path, names, ranks_per_node):
-    """Write an mpiexec host file: ``ranks_per_node`` slots on each node."""
-    safe_files.write_text(path, ''.join('{}:{}\n'.format(n, ranks_per_node) for n in names), mode=0o600)
+def core_slices(cpus, nodes, ranks_per_node):
+    """Return each node's CPUs (one per rank, disjoint) from ``cpus``, or None when too few.
+
+    The nodes share this machine's CPUs: a node's Hydra proxy would bind its ranks from CPU 0 up,
+    the same CPUs on every node, so each node is given its own slice instead.
+    """
+    cpus = sorted(cpus)
+    if nodes * ranks_per_node > len(cpus):
+        return None
+    return [cpus[i * ranks_per_node:(i + 1) * ranks_per_node] for i in range(nodes)]
+
+
+def write_hostfile(path, names, ranks_per_node, slices=None):
+    """Write an mpiexec host file: ``ranks_per_node`` slots on each node, bound to ``slices[i]`` if given."""
+    lines = []
+    for i, n in enumerate(names):
+        bind = '' if slices is None else ' binding=user:' + ','.join(map(str, slices[i]))
+        lines.append('{}:{}{}\n'.format(n, ranks_per_node, bind))
+    safe_files.write_text(path, ''.join(lines), mode=0o600)
     return path
 
 
