@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'mpi'))
 from _poison import Payload  # noqa: E402
 
-from chainermn_train.extensions import _safe_npz  # noqa: E402
-from chainermn_train.extensions._checkpoint import CheckpointWarning, MultiNodeCheckpointer  # noqa: E402
+from chainermn_train.checkpoint import _safe_npz  # noqa: E402
+from chainermn_train.checkpoint import CheckpointWarning, MultiNodeCheckpointer  # noqa: E402
 
 
 class OneRank:

@@ -17,8 +17,8 @@ import _common  # noqa: E402
 import _poison  # noqa: E402
 
 import chainermn_train  # noqa: E402
-from chainermn_train.extensions import _checkpoint_policy, _safe_npz  # noqa: E402
-from chainermn_train.extensions._checkpoint import CheckpointWarning, UnsafeCheckpointError  # noqa: E402
+from chainermn_train.checkpoint import _policy as _checkpoint_policy, _safe_npz  # noqa: E402
+from chainermn_train.checkpoint import CheckpointWarning, UnsafeCheckpointError  # noqa: E402
 
 ENV = 'CHAINERMN_ALLOW_PICKLE'
 

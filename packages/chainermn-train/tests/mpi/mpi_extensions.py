@@ -16,7 +16,7 @@ import _common  # noqa: E402
 
 import chainermn_train  # noqa: E402
 from chainermn_train.extensions import AllreducePersistent  # noqa: E402
-from chainermn_train.extensions._checkpoint import CheckpointWarning  # noqa: E402
+from chainermn_train.checkpoint import CheckpointWarning  # noqa: E402
 
 
 class Reporter(chainer.Link):

@@ -1,12 +1,12 @@
 """Generations of snapshot files: which exist, which are complete, which are old enough to remove.
 
 A generation is the set of files ``<name>.<rank>.<iteration>`` of one iteration.  Every function
-here is local to the calling rank (no communication); agreeing across ranks is ``_checkpoint_load``.
+here is local to the calling rank (no communication); agreeing across ranks is ``_load``.
 """
 
 import os
 
-from chainermn_train.extensions import _safe_npz
+from chainermn_train.checkpoint import _safe_npz
 
 __all__ = ['list_files', 'read_meta', 'group_views', 'exact_candidates', 'complete_generation_exists',
            'files_to_collect', 'summary']

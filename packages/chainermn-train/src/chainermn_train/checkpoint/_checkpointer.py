@@ -23,9 +23,9 @@ its new shard.  When snapshots exist and none can be used, ``maybe_load`` raises
 opts in to start fresh (``start_fresh=True`` or ``CHAINERMN_START_FRESH=1``).  Files written by a
 job of another world size are removed only once a complete generation of the current size exists.
 
-This module is the extension; its jobs live beside it: ``_snapshot_writer`` (how a file is written
-atomically), ``_checkpoint_policy`` (pickle opt-in, directory safety, the error classes),
-``_generations`` (listing, completeness, garbage collection), ``_checkpoint_load`` (agreement on a
+This module is the extension; its jobs live beside it: ``_writer`` (how a file is written
+atomically), ``_policy`` (pickle opt-in, directory safety, the error classes),
+``_generations`` (listing, completeness, garbage collection), ``_load`` (agreement on a
 generation, resharding) and ``_launch_status`` (progress for ``python -m chainermn launch``).
 Each time it runs as an extension it also compares the model's parameters across ranks
 (``chainermn_train._fingerprint``).
@@ -41,11 +41,10 @@ import numpy
 
 from chainermn_comm import trace
 from chainermn_train import _fingerprint
-from chainermn_train.extensions import (_checkpoint_load, _generations, _launch_status, _resize,
-                                        _safe_npz, _snapshot_writer)
-from chainermn_train.extensions._checkpoint_policy import (ALLOW_PICKLE_ENV, START_FRESH_ENV,
-                                                           CheckpointWarning, SnapshotUnusableError,
-                                                           UnsafeCheckpointError, directory_problem)
+from chainermn_train.checkpoint import _generations, _launch_status, _load, _resize, _safe_npz, _writer
+from chainermn_train.checkpoint._policy import (ALLOW_PICKLE_ENV, START_FRESH_ENV, CheckpointWarning,
+                                                SnapshotUnusableError, UnsafeCheckpointError,
+                                                directory_problem)
 
 __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',
            'CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError', 'ALLOW_PICKLE_ENV',
@@ -176,7 +175,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         final = self.filename(iteration)
         tmp = os.path.join(self.path, '{}{}.tmp{}'.format(self._tmp_prefix(), iteration, os.getpid()))
         meta = _resize.generation_meta(obj, self.comm, iteration)
-        size = _snapshot_writer.write_atomically(final, tmp, lambda f: _safe_npz.write(f, obj, meta))
+        size = _writer.write_atomically(final, tmp, lambda f: _safe_npz.write(f, obj, meta))
         self._counter = iteration
         st = self._stats
         st['saves'] += 1
@@ -200,11 +199,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             self._remove(fn)
 
     def _remove(self, fn):
-        if _snapshot_writer.remove_file(fn):
+        if _writer.remove_file(fn):
             self._stats['files_removed'] += 1
 
     def _remove_stale_tmp(self):
-        _snapshot_writer.remove_stale_tmp(self.path, self._tmp_prefix())
+        _writer.remove_stale_tmp(self.path, self._tmp_prefix())
 
     # -- loading ----------------------------------------------------------------------
 
@@ -228,7 +227,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         ``$CHAINERMN_START_FRESH=1``) returns None instead.  No file is deleted either way.
         """
         with trace.span('checkpoint load', 'io'):
-            loaded = _checkpoint_load.load(self, trainer, optimizer, allow_pickle, start_fresh)
+            loaded = _load.load(self, trainer, optimizer, allow_pickle, start_fresh)
         # Follows the iterations from now on: added after loading, snapshots never need its state.
         self._launch_status.loaded(loaded, trainer)
         return loaded

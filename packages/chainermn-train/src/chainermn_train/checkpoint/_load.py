@@ -14,8 +14,8 @@ import chainer
 import numpy
 from chainermn_comm.log import get_logger
 
-from chainermn_train.extensions import _checkpoint_policy as policy
-from chainermn_train.extensions import _generations, _resize, _safe_npz
+from chainermn_train.checkpoint import _generations, _resize, _safe_npz
+from chainermn_train.checkpoint import _policy as policy
 
 __all__ = ['load', 'read_own']
 
