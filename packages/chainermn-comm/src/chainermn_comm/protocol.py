@@ -10,7 +10,6 @@
 
 import collections
 import json
-import os
 
 __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'PREEMPTED_EXIT_STATUS',
            'LAUNCH_STATUS_ENV', 'LaunchStatusWriter', 'read_launch_status',
@@ -131,18 +130,20 @@ class LaunchStatusWriter:
 
     def update(self, **fields):
         """Merge ``fields`` into the status and write it (a reader never sees a partial file)."""
+        from chainermn_comm import safe_files   # safe_files reads this module's names
         self.fields.update(fields)
-        tmp = '{}.{}.tmp'.format(self.path, os.getpid())
-        with open(tmp, 'w') as f:
-            json.dump(self.fields, f)
-        os.replace(tmp, self.path)
+        safe_files.write_text(self.path, json.dumps(self.fields))
 
 
 def read_launch_status(path):
-    """Return the launch status as a dict; {} when the file is missing or unreadable."""
+    """Return the launch status as a dict; {} when the file is missing, unreadable or not trusted.
+
+    Only a regular file of this user that nobody else can write is read (never through a link).
+    """
+    from chainermn_comm import safe_files
     try:
-        with open(path) as f:
-            value = json.load(f)
+        with safe_files.open_trusted(path, 'launch status file') as f:
+            value = json.loads(f.read().decode('utf-8'))
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -135,7 +135,10 @@ def test_trainer_round_trip_is_bitwise_with_none_values():
     # and saving the loaded trainer again writes the same arrays
     again = _shared_tmpdir(comm)
     fn2 = chainermn_train.create_multi_node_checkpointer('rt', comm, path=again).save(fresh)
-    _assert_bitwise(_safe_npz.read(fn)[0], _safe_npz.read(fn2)[0], 'file written after load')
+    first, second = _safe_npz.read(fn)[0], _safe_npz.read(fn2)[0]
+    run = _safe_npz.META_PREFIX + 'run'
+    assert first.pop(run)[()] == cp.run_id and second.pop(run)[()] != cp.run_id   # another run
+    _assert_bitwise(first, second, 'file written after load')
 
 
 # -- poisoned snapshots --------------------------------------------------------------------------

@@ -163,6 +163,8 @@ def communicator_created(mpi_comm):
         return
     from mpi4py import MPI
     world = MPI.COMM_WORLD
+    if _tracer is None:
+        _refuse_bad_directory(mpi_comm, where)
     with _start_lock:
         if _tracer is None:
             from chainermn_comm.trace._tracer import Tracer
@@ -172,6 +174,18 @@ def communicator_created(mpi_comm):
             ON = True
     if _tracer.run is None and MPI.Comm.Compare(mpi_comm, world) in (MPI.IDENT, MPI.CONGRUENT):
         _tracer.start_clock(world)
+
+
+def _refuse_bad_directory(mpi_comm, where):
+    """Raise ValueError on every rank of ``mpi_comm`` when a rank cannot use the trace directory."""
+    from chainermn_comm.trace._export import directory_problem
+    problems = mpi_comm.allgather(directory_problem(TRACE_ENV, where))
+    bad = [(r, p) for r, p in enumerate(problems) if p is not None]
+    if bad:
+        others = ''
+        if len(bad) > 1:
+            others = ' (rank(s) {} likewise)'.format(','.join(str(r) for r, _ in bad[1:]))
+        raise ValueError('rank {}: {}{}'.format(bad[0][0], bad[0][1], others))
 
 
 # -- exit paths -------------------------------------------------------------------------------

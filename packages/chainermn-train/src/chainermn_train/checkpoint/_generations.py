@@ -1,19 +1,36 @@
 """Generations of snapshot files: which exist, which are complete, which are old enough to remove.
 
-A generation is the set of files ``<name>.<rank>.<iteration>`` of one iteration.  Every function
-here is local to the calling rank (no communication); agreeing across ranks is ``_load``.
+A generation is the set of files ``<name>.<rank>.<iteration>`` of one iteration (rank and iteration
+in ASCII digits, without leading zeros; other names that start with ``<name>.`` are stray and left
+alone).  Every function here is local to the calling rank (no communication); agreeing across
+ranks is ``_load``.
 """
 
 import os
+import re
 
-from chainermn_train.checkpoint import _safe_npz
+from chainermn_comm import safe_files
 
-__all__ = ['list_files', 'read_meta', 'group_views', 'exact_candidates', 'complete_generation_exists',
-           'files_to_collect', 'summary']
+from chainermn_train.checkpoint import _lineage, _safe_npz
+
+__all__ = ['list_files', 'read_meta', 'BYTES_KEY', 'group_views', 'exact_candidates',
+           'complete_generation_exists', 'oversized', 'files_to_collect', 'summary']
+
+_NUMBER = re.compile(r'^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$')
+#: Key of the metadata dict under which :func:`read_meta` adds the bytes the file's entries declare.
+BYTES_KEY = ' declared bytes'
+#: A file is refused when it declares more than this many times the median of its generation ...
+_FAR_LARGER = 4
+#: ... plus this many bytes (rank 0 may hold a bigger log than the others).
+_SLACK_BYTES = 16 << 20
 
 
-def list_files(directory, name):
-    """Return the sorted ``(rank, iteration)`` of every snapshot file of ``name`` in ``directory``."""
+def list_files(directory, name, stray=None):
+    """Return the sorted ``(rank, iteration)`` of every snapshot file of ``name`` in ``directory``.
+
+    Names that start with ``<name>.`` but are not ``<name>.<rank>.<iteration>`` in ASCII digits
+    are left out and, when ``stray`` (a list) is given, appended to it.
+    """
     prefix = name + '.'
     out = []
     try:
@@ -22,25 +39,42 @@ def list_files(directory, name):
         return out
     for fn in entries:
         if fn.startswith(prefix):
-            parts = fn[len(prefix):].split('.')
-            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                out.append((int(parts[0]), int(parts[1])))
+            m = _NUMBER.match(fn[len(prefix):])
+            if m:
+                out.append((int(m.group(1)), int(m.group(2))))
+            elif stray is not None:
+                stray.append(fn)
     return sorted(out)
 
 
-def read_meta(path):
-    """Return the metadata of the snapshot file ``path``, or ``(kind, why)`` when it cannot be read."""
+def read_meta(path, allow_shared=None, rank=None, iteration=None):
+    """Return the metadata of the snapshot file ``path``, or ``(kind, why)`` when it cannot be used.
+
+    The file is opened only if it is a regular file this user may trust
+    (``safe_files.open_trusted``; else kind ``'untrusted'``).  ``rank`` and ``iteration``, when
+    given, must equal what the file records (a renamed or planted file is ``'unreadable'``).  The
+    dict also holds, under :data:`BYTES_KEY`, the bytes its zip entries declare in all.
+    """
     try:
-        return _safe_npz.read_meta(path)
+        with safe_files.open_trusted(path, 'snapshot', allow_shared=allow_shared) as f:
+            meta = _safe_npz.read_meta(f, name=path)
+            f.seek(0)
+            meta[BYTES_KEY] = max(_safe_npz.declared_bytes(f), os.fstat(f.fileno()).st_size)
+    except safe_files.UntrustedPathError as e:
+        return ('untrusted', str(e))
     except _safe_npz.PickleRequired as e:
         return ('refused', str(e))
     except Exception as e:
         return ('unreadable', '{}: {}'.format(type(e).__name__, e))
+    for key, want in (('iteration', iteration), ('rank', rank)):
+        have = meta.get(key)
+        if want is not None and have is not None and int(have) != int(want):
+            return ('unreadable', 'it records {} {} but its name says {} (renamed, or put there '
+                    'by someone else)'.format(key, have, want))
+    return meta
 
 
-def world_size_of(path):
-    """Return the world size that wrote ``path`` (None if unknown or unreadable)."""
-    meta = read_meta(path)
+def _world_size_of(meta):
     return meta.get('world_size') if isinstance(meta, dict) else None
 
 
@@ -60,33 +94,66 @@ def exact_candidates(gens, size):
             for q, m in files.get(k, ())) for k in range(size))]
 
 
-def complete_generation_exists(files, size, filename):
+def oversized(gens, rejected):
+    """Return ``{(iteration, rank)}`` of files that declare far more bytes than their generation's others.
+
+    Such a file (a compression bomb, or not a snapshot of this run) is refused before any of its
+    data is inflated; why is added to ``rejected``.
+    """
+    out = set()
+    for it, files in gens.items():
+        sizes = {}
+        for r, seen in files.items():
+            for _, m in seen:
+                if isinstance(m, dict) and BYTES_KEY in m:
+                    sizes[r] = m[BYTES_KEY]
+        if len(sizes) < 2:
+            continue
+        for r, n in sizes.items():
+            others = sorted(v for k, v in sizes.items() if k != r)
+            median = others[len(others) // 2]
+            if n > _FAR_LARGER * median + _SLACK_BYTES:
+                out.add((it, r))
+                rejected.setdefault(it, []).append(
+                    'rank {}\'s file declares {} bytes, far more than the {} bytes of the other '
+                    'files of its generation; refused before inflating it'.format(r, n, median))
+    return out
+
+
+def complete_generation_exists(files, size, meta_of):
     """Return whether every rank of world size ``size`` has a file of one iteration written at it."""
     by_it = {}
     for r, it in files:
         by_it.setdefault(it, set()).add(r)
     for it, ranks in by_it.items():
         if all(r in ranks for r in range(size)) and all(
-                world_size_of(filename(it, r)) == size for r in range(size)):
+                _world_size_of(meta_of(it, r)) == size for r in range(size)):
             return True
     return False
 
 
-def files_to_collect(files, rank, size, keep, filename):
-    """Return the paths this rank's garbage collection removes (keeping the newest ``keep``).
+def _own_lineage(meta, run):
+    # A file of this run, or one written before runs were recorded; never another run's file.
+    return isinstance(meta, dict) and _lineage.run_of(meta) in (None, run)
 
-    Files written by a job of another world size (and, on rank 0, files of ranks that this job
-    does not have) are removed only once a complete generation of the current size is on disk.
+
+def files_to_collect(files, rank, size, keep, meta_of, run):
+    """Return the ``(rank, iteration)`` this rank's garbage collection removes (keeping the newest ``keep``).
+
+    Only files of the run ``run`` (or written before runs were recorded) are ever removed, never
+    another run's.  Files written by a job of another world size (and, on rank 0, files of ranks
+    that this job does not have) are removed only once a complete generation of the current size
+    is on disk.
     """
-    its = [it for r, it in files if r == rank]
-    current = [it for it in its if world_size_of(filename(it, rank)) == size]
-    older = [(rank, it) for it in its if it not in current]
+    mine = [(rank, it) for r, it in files if r == rank and _own_lineage(meta_of(it, rank), run)]
+    current = [it for _, it in mine if _world_size_of(meta_of(it, rank)) == size]
+    older = [(r, it) for r, it in mine if it not in current]
     if rank == 0:
-        older += [(r, it) for r, it in files if r >= size]
+        older += [(r, it) for r, it in files if r >= size and _own_lineage(meta_of(it, r), run)]
     out = []
-    if older and complete_generation_exists(files, size, filename):
-        out += [filename(it, r) for r, it in older]
-    out += [filename(it, rank) for it in current[:-keep]]
+    if older and complete_generation_exists(files, size, meta_of):
+        out += older
+    out += [(rank, it) for it in current[:-keep]]
     return out
 
 

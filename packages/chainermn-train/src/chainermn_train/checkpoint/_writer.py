@@ -1,68 +1,45 @@
-"""How a snapshot file is written: to a hidden temporary file, fsync-ed, renamed over its final name.
+"""How a snapshot file is written and removed: only through ``chainermn_comm.safe_files``.
 
-A crash mid-write therefore never leaves a file under a final name (the directory is fsync-ed
-after the rename so that the name survives a power loss too).
+A snapshot goes to a new file made exclusively under an unpredictable name in its directory
+(never through a name someone planted), is ``fsync``-ed and renamed over its final name, and the
+directory is ``fsync``-ed: a crash mid-write never leaves a file under a final name.  Removing
+(garbage collection, clean-up, stale temporary files) only ever unlinks regular files of this
+user, never what a link points to.
 """
 
 import os
 
-__all__ = ['write_atomically', 'fsync_dir', 'remove_file', 'remove_stale_tmp']
+from chainermn_comm import safe_files
+
+__all__ = ['write_atomically', 'remove_file', 'remove_stale_tmp', 'TMP_SUFFIX']
+
+#: Suffix of the temporary files (``.<final name>.<random>.tmp``, see ``safe_files.atomic_write``).
+TMP_SUFFIX = '.tmp'
 
 
-def fsync_dir(path):
-    """Flush the directory ``path`` (its entries) to disk; ignore file systems that cannot."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomically(final, tmp, write):
-    """Call ``write(file)`` on ``tmp``, then rename it to ``final``; return the bytes written.
-
-    ``tmp`` must be in the directory of ``final``; it is removed when ``write`` fails.
-    """
-    try:
-        with open(tmp, 'wb') as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-            size = f.tell()
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(os.path.dirname(final))
+def write_atomically(final, write):
+    """Call ``write(file)`` on a new temporary file, then rename it to ``final``; return its size."""
+    with safe_files.atomic_write(final) as f:
+        write(f)
+        f.flush()
+        size = f.tell()
     return size
 
 
 def remove_file(path):
-    """Remove ``path``; return False when it was already gone."""
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        return False
-    return True
+    """Remove ``path`` if it is a regular file of this user; return whether it was removed."""
+    return safe_files.remove_own(path)
 
 
 def remove_stale_tmp(directory, prefix):
-    """Remove the temporary files starting with ``prefix`` that a crashed writer left in ``directory``."""
+    """Remove this user's temporary files starting with ``prefix`` that a crashed writer left.
+
+    Only regular files of this user are removed; links and other users' files stay.
+    """
     try:
         entries = os.listdir(directory)
     except FileNotFoundError:
         return
     for fn in entries:
-        if fn.startswith(prefix) and '.tmp' in fn:
-            try:
-                os.remove(os.path.join(directory, fn))
-            except OSError:
-                pass
+        if fn.startswith(prefix) and fn.endswith(TMP_SUFFIX):
+            safe_files.remove_own(os.path.join(directory, fn))
