@@ -192,8 +192,10 @@ def _refuse_bad_directory(mpi_comm, where):
 def _at_exit():
     try:
         flush('exit')
-    except Exception:
-        pass
+    except Exception as e:   # the job's result stands; say why its trace is missing
+        from chainermn_comm.log import get_logger
+        get_logger('trace').warning('the trace could not be written to %s: %s: %s',
+                                    directory(), type(e).__name__, e)
 
 
 def _on_sigterm(signum, frame):

@@ -62,6 +62,10 @@ __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_mu
            'CheckpointInUseError', 'ALLOW_PICKLE_ENV', 'START_FRESH_ENV']
 
 
+#: ``(directory, name)`` of the stray files already warned about (one warning per process).
+_WARNED_STRAY = set()
+
+
 def _iteration_of(obj):
     if isinstance(obj, chainer.training.Trainer):
         return int(obj.updater.iteration)
@@ -116,7 +120,6 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._token = None
         self._started = None
         self._members = []
-        self._warned_stray = set()
         self._counter = 0
         self._saves_since_gc = 0
         self._failed = False
@@ -202,13 +205,15 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def visible_files(self):
         """Return the sorted ``(rank, iteration)`` of every snapshot file of this name in the directory.
 
-        Other names that start with ``<name>.`` are ignored, with one warning per node.
+        Other names that start with ``<name>.`` are ignored, with one warning (per process, on the
+        first rank of each node).
         """
         stray = []
         files = _generations.list_files(self.path, self.name, stray)
-        new = sorted(set(stray) - self._warned_stray)
+        new = sorted({(self.path, n) for n in stray} - _WARNED_STRAY)
         if new:
-            self._warned_stray.update(new)
+            _WARNED_STRAY.update(new)
+            new = [n for _, n in new]
             if getattr(self.comm, 'intra_rank', 0) == 0:
                 warnings.warn('rank {}: ignoring {} file(s) in {} whose names start with {!r} but are '
                               'not {}.<rank>.<iteration> in ASCII digits: {}; they are neither loaded '

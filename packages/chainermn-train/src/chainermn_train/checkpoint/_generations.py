@@ -14,7 +14,8 @@ from chainermn_comm import safe_files
 from chainermn_train.checkpoint import _lineage, _safe_npz
 
 __all__ = ['list_files', 'read_meta', 'BYTES_KEY', 'group_views', 'exact_candidates',
-           'complete_generation_exists', 'oversized', 'files_to_collect', 'summary']
+           'own_file_problems', 'complete_generation_exists', 'oversized', 'files_to_collect',
+           'summary']
 
 _NUMBER = re.compile(r'^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$')
 #: Key of the metadata dict under which :func:`read_meta` adds the bytes the file's entries declare.
@@ -52,7 +53,7 @@ def read_meta(path, allow_shared=None, rank=None, iteration=None):
 
     The file is opened only if it is a regular file this user may trust
     (``safe_files.open_trusted``; else kind ``'untrusted'``).  ``rank`` and ``iteration``, when
-    given, must equal what the file records (a renamed or planted file is ``'unreadable'``).  The
+    given, must equal what the file records (kind ``'mismatch'`` for a renamed or planted file).  The
     dict also holds, under :data:`BYTES_KEY`, the bytes its zip entries declare in all.
     """
     try:
@@ -69,7 +70,7 @@ def read_meta(path, allow_shared=None, rank=None, iteration=None):
     for key, want in (('iteration', iteration), ('rank', rank)):
         have = meta.get(key)
         if want is not None and have is not None and int(have) != int(want):
-            return ('unreadable', 'it records {} {} but its name says {} (renamed, or put there '
+            return ('mismatch', 'it records {} {} but its name says {} (renamed, or put there '
                     'by someone else)'.format(key, have, want))
     return meta
 
@@ -92,6 +93,21 @@ def exact_candidates(gens, size):
     return [it for it, files in gens.items() if all(
         any(q == k and (not isinstance(m, dict) or m.get('world_size', size) == size)
             for q, m in files.get(k, ())) for k in range(size))]
+
+
+def own_file_problems(files, size, reasons):
+    """Return whether a rank's own file of a generation (``{rank: [(seen_by, meta)]}``) contradicts its name.
+
+    Such a file rules out the bitwise resume from this generation (other read problems are found,
+    and warned about, when the ranks read their files); each reason is appended to ``reasons``.
+    """
+    bad = False
+    for k in range(size):
+        for q, m in files.get(k, ()):
+            if q == k and isinstance(m, tuple) and m[0] == 'mismatch':
+                reasons.append('rank {}: {}'.format(k, m[1]))
+                bad = True
+    return bad
 
 
 def oversized(gens, rejected):

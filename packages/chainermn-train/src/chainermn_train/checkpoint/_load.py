@@ -253,8 +253,9 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
     skip = _lineage.screen(gens, trainer, weights_only, rejected)
     skip |= {it for it, _ in _generations.oversized(gens, rejected)}
     usable = {it: files for it, files in gens.items() if it not in skip}
-    it, values, refused = agree_on_generation(ckpt, _generations.exact_candidates(usable, size),
-                                              allowed, how, expected, rejected)
+    exact = [it for it in _generations.exact_candidates(usable, size)
+             if not _generations.own_file_problems(usable[it], size, rejected.setdefault(it, []))]
+    it, values, refused = agree_on_generation(ckpt, exact, allowed, how, expected, rejected)
     mode = 'same world size, own files'
     if it is None:
         it, values, refused2, mode = reshard(ckpt, trainer, usable, allowed, how, expected,
@@ -267,6 +268,11 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
             return None
         return _unusable(ckpt, gens, rejected, refused, fresh_ok)
     _deserialize(trainer, values, models if weights_only else None, rank, it)
+    skipped = sorted((g for g in gens if g > it and rejected.get(g)), reverse=True)
+    if skipped and rank == 0:
+        warnings.warn('rank 0: loading generation {} of {!r}; newer ones were refused: {}'.format(
+            it, ckpt.name, ' | '.join('iteration {}: {}'.format(g, '; '.join(rejected[g]))
+                                      for g in skipped)), policy.CheckpointWarning, stacklevel=4)
     runs = {_lineage.run_of(m) for fl in gens[it].values() for _, m in fl if isinstance(m, dict)}
     if not weights_only:
         if optimizer is not None and hasattr(optimizer, '_mn_mark_synced'):
