@@ -13,7 +13,7 @@ from _poison import Payload  # noqa: E402
 
 from chainermn_train.checkpoint import _safe_npz  # noqa: E402
 from chainermn_comm.safe_files import UntrustedPathError  # noqa: E402
-from chainermn_train.checkpoint import MultiNodeCheckpointer  # noqa: E402
+from chainermn_train.checkpoint import MultiNodeCheckpointer, SnapshotUnusableError  # noqa: E402
 
 
 class OneRank:
@@ -198,3 +198,111 @@ def test_files_of_another_run_are_never_collected(tmp_path):
     assert _snapshots(path) == ['run.0.3', 'run.0.7']
     mine.cleanup()
     assert _snapshots(path) == ['run.0.3']
+
+
+def _values(value):
+    import chainer
+    link = chainer.links.Linear(3, 2)   # keys W (2, 3) and b (2,)
+    for p in link.params():
+        p.array[...] = value
+    return link
+
+
+def test_stray_names_are_ignored_with_one_warning_by_load_and_collection(tmp_path):
+    path = str(tmp_path)
+    for name in ('run.0.²', 'run.0.05', 'run.x.1', 'run.0.1.tmp'):
+        (tmp_path / name).write_text('x')
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        cp = MultiNodeCheckpointer('run', OneRank(), path=path, cp_interval=1, gc_interval=1)
+        for it in (1, 2, 3):
+            cp.save(_values(it), iteration=it)
+        target = _values(0)
+        assert MultiNodeCheckpointer('run', OneRank(), path=path).maybe_load(target) == 3
+    assert target.W.array[0, 0] == 3
+    texts = [str(x.message) for x in w if 'ASCII digits' in str(x.message)]
+    assert len(texts) == 1 and "'run.0.²'" in texts[0] and "'run.0.05'" in texts[0], texts
+    assert {'run.0.²', 'run.0.05', 'run.x.1', 'run.0.1.tmp'} <= set(os.listdir(path))
+
+
+def _zip_member(path, key, header_shape, declared):
+    """Rewrite ``path`` (an npz) with member ``key`` replaced by an npy header of ``header_shape``
+    float64 whose zip entry says ``declared`` bytes of the real ones."""
+    import io
+    buf = io.BytesIO()
+    numpy.lib.format.write_array_header_1_0(buf, {'descr': '<f8', 'fortran_order': False,
+                                                  'shape': header_shape})
+    data = buf.getvalue() + bytes(declared - len(buf.getvalue()))
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist() if n != key + '.npy'}
+    with zipfile.ZipFile(path, 'w') as zf:
+        for n, b in members.items():
+            zf.writestr(n, b)
+        zf.writestr(key + '.npy', data)
+
+
+def test_members_larger_than_their_arrays_are_refused_before_reading(tmp_path):
+    path = str(tmp_path)
+    cp = MultiNodeCheckpointer('run', OneRank(), path=path)
+    cp.save(_values(1), iteration=1)
+    cp.save(_values(2), iteration=2)
+    # a member far larger than the (2, 3) array it fills
+    _zip_member(cp.filename(2), 'W', (1 << 20,), 128 + (8 << 20))
+    with pytest.raises(_safe_npz.MemberTooLarge, match="member 'W' declares 8388736 bytes"):
+        _safe_npz.read(cp.filename(2), limits={'W': _safe_npz.member_limit((2, 3))})
+    target = _values(0)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        assert MultiNodeCheckpointer('run', OneRank(), path=path).maybe_load(target) == 1
+    assert target.W.array[0, 0] == 1
+    assert any("member 'W' declares" in str(x.message) for x in w), [str(x.message) for x in w]
+    # a header that says more than its entry holds
+    _zip_member(cp.filename(2), 'W', (1 << 30,), 256)
+    with pytest.raises(_safe_npz.MemberTooLarge, match='says it holds'):
+        _safe_npz.read(cp.filename(2), limits={'W': _safe_npz.member_limit((2, 3))})
+
+
+def test_a_file_that_contradicts_its_name_is_not_loaded(tmp_path):
+    path = str(tmp_path)
+    cp = MultiNodeCheckpointer('run', OneRank(), path=path)
+    cp.save(_values(5), iteration=5)
+    cp.save(_values(20), iteration=20)
+    os.rename(cp.filename(20), cp.filename(1000))
+    target = _values(0)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        assert MultiNodeCheckpointer('run', OneRank(), path=path).maybe_load(target) == 5
+    assert target.W.array[0, 0] == 5
+    assert any('records iteration 20 but its name says 1000' in str(x.message) for x in w)
+
+
+def _trainer_of(optimizer, value, out):
+    import chainer
+    model = chainer.links.Linear(3, 2)
+    for p in model.params():
+        p.array[...] = value
+    optimizer.setup(model)
+    it = chainer.iterators.SerialIterator([(numpy.ones(3, numpy.float32),)], 1)
+    updater = chainer.training.StandardUpdater(
+        it, optimizer, loss_func=lambda x: chainer.functions.sum(model(x)))
+    return chainer.training.Trainer(updater, (1, 'iteration'), out=out), model
+
+
+def test_another_optimizer_is_refused_naming_both_and_weights_only_loads_the_model(tmp_path):
+    import chainer
+    path = str(tmp_path)
+    adam, adam_model = _trainer_of(chainer.optimizers.Adam(), 1.0, str(tmp_path / 'out'))
+    adam.run()
+    MultiNodeCheckpointer('run', OneRank(), path=path).save(adam)
+    sgd, sgd_model = _trainer_of(chainer.optimizers.MomentumSGD(), 7.0, str(tmp_path / 'out'))
+    cp = MultiNodeCheckpointer('run', OneRank(), path=path)
+    with pytest.raises(SnapshotUnusableError) as e:
+        cp.maybe_load(sgd)
+    text = str(e.value)
+    assert 'chainer.optimizers.adam.Adam (state: m,v)' in text, text
+    assert "this job's is chainer.optimizers.momentum_sgd.MomentumSGD (state: v)" in text, text
+    assert 'weights_only=True' in text and float(sgd_model.W.array[0, 0]) == 7.0
+    assert cp.maybe_load(sgd, weights_only=True) == 1
+    assert numpy.array_equal(sgd_model.W.array, adam_model.W.array)
+    assert sgd.updater.iteration == 0 and sgd_model.W.update_rule.state is None
+    assert cp.run_id != _safe_npz.read_meta(cp.filename(1))['run']   # a new run, not the Adam one

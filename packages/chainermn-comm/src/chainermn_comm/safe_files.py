@@ -151,10 +151,19 @@ def open_lock(path, mode=0o644, allow_shared=None):
 def make_directory(path, what='directory', allow_shared=None):
     """Create ``path`` (and its parents) if missing, then :func:`check_directory` it.
 
-    A directory made here gets the umask's mode without group or other write (``0o755 & ~umask``),
-    so that it passes the check even under a umask of 0.
+    Every directory made here (parents included) gets the umask's mode without group or other
+    write (``0o755 & ~umask``), so that it passes the check even under a umask of 0.
     """
-    os.makedirs(path, mode=0o755, exist_ok=True)
+    missing = []
+    here = os.path.abspath(path)
+    while not os.path.lexists(here):
+        missing.append(here)
+        here = os.path.dirname(here)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:   # made meanwhile (another rank): checked below like any other
+            pass
     check_directory(path, what, allow_shared=allow_shared)
 
 
