@@ -94,6 +94,10 @@ def test_claims_of_dead_jobs_are_taken_over_and_a_live_one_elsewhere_is_refused(
                                  token='t-stale', started=now - 5000), now - _owner.STALE_SECONDS - 60],
         'live_elsewhere': [dict(host='elsewhere.example', boot='b', pidns='p', pid=4242, pid_start=1,
                                 token='t-live', started=now - 50), now - 5],
+        # a fresh record of another host, but of the launcher's previous attempt: that job is gone
+        'earlier_attempt': [dict(host='elsewhere.example', boot='b', pidns='p', pid=4242, pid_start=1,
+                                 token='t-attempt', started=now - 50,
+                                 attempt=['launch:' + os.path.join(base, 'progress'), 0]), now - 5],
     }
     dirs = []
     for name, (rec, *mtime) in cases.items():
@@ -105,12 +109,15 @@ def test_claims_of_dead_jobs_are_taken_over_and_a_live_one_elsewhere_is_refused(
             os.utime(path, (mtime[0], mtime[0]))
         dirs.append(d)
     out = os.path.join(base, 'claims')
-    res = run_mpi([JOB, 'claim', out] + dirs, 2, timeout=120)
+    # as the launcher's second attempt (python -m chainermn launch sets these)
+    res = run_mpi([JOB, 'claim', out] + dirs, 2, timeout=120,
+                  env={'CHAINERMN_LAUNCH_PROGRESS': os.path.join(base, 'progress'),
+                       'CHAINERMN_LAUNCH_RESTARTS': '1'})
     assert res.returncode == 0, _report(res)
     got = {}
     for doc in _results(out):
         got.setdefault(os.path.basename(doc['case']), {})[doc['rank']] = doc
-    for name in ('dead_here', 'reused_pid', 'stale_elsewhere'):
+    for name in ('dead_here', 'reused_pid', 'stale_elsewhere', 'earlier_attempt'):
         assert [got[name][r]['error'] for r in (0, 1)] == [None, None], got[name]
         said = [w for r in (0, 1) for w in got[name][r]['warnings'] if 'took over' in w]
         assert len(said) == 1 and 'from job(s) that are gone' in said[0], said

@@ -10,9 +10,10 @@
 
 import collections
 import json
+import os
 
 __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'PREEMPTED_EXIT_STATUS',
-           'LAUNCH_STATUS_ENV', 'LaunchStatusWriter', 'read_launch_status',
+           'LAUNCH_STATUS_ENV', 'LaunchStatusWriter', 'read_launch_status', 'launch_attempt',
            'ALLOW_PICKLE_ENV', 'CHECK_ENV', 'CHUNK_BYTES_ENV', 'CLUSTER_DIR_ENV', 'CLUSTER_JOB_ENV',
            'CUDA_AWARE_ENV', 'DEBUG_ENV', 'DIRECT_BYTES_ENV', 'ELASTIC_ENV', 'FORCE_ABORT_ENV',
            'LAUNCH_RESTARTS_ENV', 'NODE_LOCAL_ENV', 'OVERLAP_BUCKET_BYTES_ENV', 'OVERLAP_MODE_ENV',
@@ -133,6 +134,27 @@ class LaunchStatusWriter:
         from chainermn_comm import safe_files   # safe_files reads this module's names
         self.fields.update(fields)
         safe_files.write_text(self.path, json.dumps(self.fields))
+
+
+def launch_attempt(environ=None):
+    """Return ``(launch, attempt)`` naming this start of a job that a launcher restarts, or None.
+
+    ``python -m chainermn launch`` (its status file names the launch, ``CHAINERMN_LAUNCH_RESTARTS``
+    counts the restarts) or a Slurm job (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT`` after a
+    requeue).  A launcher starts an attempt only once the one before has ended, so the processes
+    of an earlier attempt of the same launch are gone, whatever host they ran on.
+    """
+    from chainermn_comm import settings   # settings reads this module's names
+    env = os.environ if environ is None else environ
+    status = settings.read(LAUNCH_STATUS_ENV, environ=env)
+    if status:
+        return 'launch:' + status, int(settings.read(LAUNCH_RESTARTS_ENV, environ=env))
+    job = env.get('SLURM_JOB_ID', '').strip()
+    if job:
+        restarts = env.get('SLURM_RESTART_COUNT', '0').strip()
+        return ('slurm:{}:{}'.format(env.get('SLURM_CLUSTER_NAME', ''), job),
+                int(restarts) if restarts.isdigit() else 0)
+    return None
 
 
 def read_launch_status(path):

@@ -11,7 +11,10 @@ that job; a record of a dead job is taken over (and reported).  Alive means:
   exists and started at the recorded time (a reused pid is not the job);
 - anywhere else (another host, another container): the record's heartbeat is recent.  A thread
   of the owning process touches its record every :data:`HEARTBEAT_SECONDS`; a record untouched
-  for :data:`STALE_SECONDS` belongs to a dead job.
+  for :data:`STALE_SECONDS` belongs to a dead job;
+- but a record of an earlier attempt of the same launch (``python -m chainermn launch``, a Slurm
+  requeue: ``chainermn_comm.protocol.launch_attempt``) is dead at once, on any host, since a
+  launcher starts an attempt only once the one before has ended.
 
 Records are written through ``chainermn_comm.safe_files`` and read only when trusted.
 """
@@ -24,7 +27,7 @@ import socket
 import threading
 import time
 
-from chainermn_comm import safe_files
+from chainermn_comm import protocol, safe_files
 
 __all__ = ['HEARTBEAT_SECONDS', 'STALE_SECONDS', 'record_path', 'identity', 'claim', 'check',
            'release', 'describe']
@@ -60,14 +63,18 @@ def _start_ticks(pid):
 
 
 def identity():
-    """Return what identifies this process: host, boot, PID namespace, pid and its start time."""
+    """Return what identifies this process: host, boot, PID namespace, pid and its start time.
+
+    Also the launcher's attempt (``protocol.launch_attempt``) when a launcher restarts the job.
+    """
     try:
         pidns = os.readlink('/proc/self/ns/pid')
     except OSError:
         pidns = ''
     pid = os.getpid()
     return {'host': socket.gethostname(), 'boot': _read_first_line('/proc/sys/kernel/random/boot_id'),
-            'pidns': pidns, 'pid': pid, 'pid_start': _start_ticks(pid)}
+            'pidns': pidns, 'pid': pid, 'pid_start': _start_ticks(pid),
+            'attempt': protocol.launch_attempt()}
 
 
 def _same_machine(rec, me):
@@ -79,7 +86,17 @@ def _same_process(rec, me):
         rec.get('pid_start') == me['pid_start']
 
 
+def _earlier_attempt(rec, me):
+    # A launcher (``python -m chainermn launch``, a Slurm requeue) starts an attempt only once the
+    # one before has ended: a record of an earlier attempt of this launch belongs to a dead job.
+    have, mine = rec.get('attempt'), me.get('attempt')
+    return isinstance(have, list) and len(have) == 2 and mine is not None and \
+        have[0] == mine[0] and isinstance(have[1], int) and have[1] < mine[1]
+
+
 def _alive(rec, mtime, me, now):
+    if _earlier_attempt(rec, me):
+        return False
     if _same_machine(rec, me):
         start = _start_ticks(rec.get('pid', -1)) if isinstance(rec.get('pid'), int) else None
         return start is not None and start == rec.get('pid_start')
