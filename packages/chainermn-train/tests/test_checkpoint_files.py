@@ -306,3 +306,33 @@ def test_another_optimizer_is_refused_naming_both_and_weights_only_loads_the_mod
     assert numpy.array_equal(sgd_model.W.array, adam_model.W.array)
     assert sgd.updater.iteration == 0 and sgd_model.W.update_rule.state is None
     assert cp.run_id != _safe_npz.read_meta(cp.filename(1))['run']   # a new run, not the Adam one
+
+
+def test_members_of_unknown_size_are_bounded_only_when_inflated(tmp_path, monkeypatch):
+    import chainer
+    monkeypatch.setattr(_safe_npz, 'UNKNOWN_MEMBER_BYTES', 1000)
+    path = str(tmp_path)
+    saved = chainer.links.Linear(50, 20)          # W: 4000 bytes, more than the bound above
+    cp = MultiNodeCheckpointer('run', OneRank(), path=path)
+    cp.save(saved, iteration=1)
+    lazy = chainer.links.Linear(None, 20)         # W not initialized: its shape is unknown
+    assert MultiNodeCheckpointer('run', OneRank(), path=path).maybe_load(lazy) == 1   # stored: fine
+    assert numpy.array_equal(lazy.W.array, saved.W.array)
+    compressed = str(tmp_path / 'compressed.npz')
+    chainer.serializers.save_npz(compressed, saved, compression=True)
+    with pytest.raises(_safe_npz.MemberTooLarge, match='compressed members whose size'):
+        _safe_npz.read(compressed, limits={'b': _safe_npz.member_limit((20,))})
+    # a stored member must declare what it stores
+    with zipfile.ZipFile(cp.filename(1)) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    forged = str(tmp_path / 'forged.npz')
+    with zipfile.ZipFile(forged, 'w') as zf:
+        for n, data in members.items():
+            zf.writestr(n, data)
+    with open(forged, 'r+b') as f:   # the central directory's uncompressed size of the last member
+        raw = f.read()
+        at = raw.rindex(b'PK\x01\x02')
+        f.seek(at + 24)
+        f.write((len(members[n]) + 1).to_bytes(4, 'little'))
+    with pytest.raises(_safe_npz.MemberTooLarge, match='is stored with'):
+        _safe_npz.read(forged)

@@ -23,27 +23,29 @@ __all__ = ['load', 'read_own']
 _log = get_logger('train')
 
 
-def _read_file(ckpt, fn, allow_pickle, limits):
+def _read_file(ckpt, fn, allow_pickle, limits, keep):
     with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
-        return _safe_npz.read(f, allow_pickle=allow_pickle, limits=limits, name=fn)
+        return _safe_npz.read(f, allow_pickle=allow_pickle, limits=limits, name=fn, keep=keep)
 
 
-def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None):
+def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None, keep=None,
+             limits=None):
     """Return ``(values, None)``, or ``(None, (kind, why))`` when this rank cannot use its file.
 
     ``kind`` is ``'refused'`` (it needs pickle, not allowed) or ``'unreadable'`` (missing,
     truncated, corrupt, not a snapshot, larger than the arrays it fills, not trusted, or lacking a
     key of ``expected``).  ``source`` (bytes) replaces reading the file.  Metadata keys are removed from
-    ``values``.  Every member is bounded by the shape ``expected`` gives its key.
+    ``values``.  Every member is bounded by the shape ``expected`` (or ``limits``, when given)
+    gives its key; ``keep`` (key prefixes) leaves the other members unread.
     """
     fn = ckpt.filename(iteration)
-    limits = _resize.byte_limits(expected)
+    limits = _resize.byte_limits(expected) if limits is None else limits
     try:
         if source is None:
-            values, pickled = _read_file(ckpt, fn, allow_pickle, limits)
+            values, pickled = _read_file(ckpt, fn, allow_pickle, limits, keep)
         else:
             values, pickled = _safe_npz.read(io.BytesIO(source), allow_pickle=allow_pickle,
-                                             limits=limits, name=fn)
+                                             limits=limits, name=fn, keep=keep)
     except _safe_npz.PickleRequired as e:
         return None, ('refused', str(e))
     except Exception as e:  # truncated, corrupt, missing: all mean "cannot use this one"
@@ -57,7 +59,8 @@ def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None):
     return values, None
 
 
-def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, rejected=None):
+def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, rejected=None,
+                        keep=None):
     """Return ``(iteration, values, refused)`` for the newest candidate every rank can read.
 
     Collective.  Candidates are tried newest first; each rank reads its own file and the ranks
@@ -66,7 +69,7 @@ def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, reje
     """
     refused = []
     for it in sorted(candidates, reverse=True):
-        values, problem = read_own(ckpt, it, allow_pickle, how, expected)
+        values, problem = read_own(ckpt, it, allow_pickle, how, expected, keep=keep)
         # Only short status tuples are exchanged, between the ranks of this job (MPI).
         problems = ckpt.comm.allgather_obj(problem)
         bad = [(r, p[0], p[1]) for r, p in enumerate(problems) if p is not None]
@@ -116,7 +119,8 @@ def _donors(ckpt, it, files, rejected, refused):
     return donors
 
 
-def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weights_only=False):
+def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weights_only=False,
+            keep=None):
     """Load the shared state of one readable file of the newest usable generation on every rank.
 
     Collective.  Returns ``(iteration, values, refused, mode)``; iteration is None if none works.
@@ -131,7 +135,7 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
                 try:
                     with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
                         _safe_npz.read(f, allow_pickle=allowed, limits=_resize.byte_limits(expected),
-                                       name=fn)   # bounded: checked before its bytes travel
+                                       name=fn, keep=keep)   # bounded: checked before its bytes travel
                         f.seek(0)
                         data = f.read()
                 except _safe_npz.PickleRequired as e:
@@ -147,7 +151,8 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
                 continue
             buf = ckpt.comm.bcast(numpy.frombuffer(data, dtype=numpy.uint8) if rank == q else None,
                                   root=q)
-            values, mine = read_own(ckpt, it, allowed, how, source=buf.tobytes())
+            values, mine = read_own(ckpt, it, allowed, how, source=buf.tobytes(), keep=keep,
+                                    limits=_resize.byte_limits(expected))
             if mine is None and not weights_only:
                 _resize.fill_local(values, local)   # e.g. rank 0's LogReport from another rank's file
                 try:
@@ -255,11 +260,12 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
     usable = {it: files for it, files in gens.items() if it not in skip}
     exact = [it for it in _generations.exact_candidates(usable, size)
              if not _generations.own_file_problems(usable[it], size, rejected.setdefault(it, []))]
-    it, values, refused = agree_on_generation(ckpt, exact, allowed, how, expected, rejected)
+    keep = tuple(p for p, _ in models) if models else None   # weights only: the rest stays unread
+    it, values, refused = agree_on_generation(ckpt, exact, allowed, how, expected, rejected, keep)
     mode = 'same world size, own files'
     if it is None:
         it, values, refused2, mode = reshard(ckpt, trainer, usable, allowed, how, expected,
-                                             rejected, local, weights_only)
+                                             rejected, local, weights_only, keep)
         refused += refused2
     st = ckpt._stats
     if it is None:

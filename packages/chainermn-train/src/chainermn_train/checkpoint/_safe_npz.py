@@ -11,7 +11,8 @@ object dtype (a file written by chainermn before this format, or tampered with) 
 Reads are bounded before anything is decompressed (:class:`MemberTooLarge`): given the byte limit
 of each key the target needs (its shape is known from the model and optimizer), a member whose
 zip entry declares more is refused, a member whose ``.npy`` header disagrees with its entry's
-size is refused, and the members whose size the target cannot tell are bounded together; ``zipfile`` never
+size is refused, a stored member must declare what it stores, and the compressed members whose
+size the target cannot tell are bounded together; ``zipfile`` never
 inflates more than an entry declares, so a lying header ends in a short read and a CRC error.
 """
 
@@ -36,8 +37,9 @@ _RESERVED = (FORMAT_KEY, NONE_KEY)
 _MAX_KEYS_SHOWN = 8
 #: Most bytes a metadata or reserved member may declare.
 SMALL_MEMBER_BYTES = 16 << 20
-#: Most bytes the members whose shape the target does not know (strings, Python numbers, keys that
-#: only appear while loading) may declare together.
+#: Most bytes the compressed members whose shape the target does not know (strings, Python
+#: numbers, parameters not initialized yet, keys that only appear while loading) may declare
+#: together; a stored (uncompressed) member may declare only what it stores.
 UNKNOWN_MEMBER_BYTES = 64 << 20
 #: Room for a ``.npy`` header (NumPy itself refuses headers over 10000 bytes).
 _HEADER_BYTES = 1 << 16
@@ -191,7 +193,7 @@ def _read_member(zf, info, allow_pickle):
     return arr
 
 
-def read(path, allow_pickle=False, limits=None, name=None):
+def read(path, allow_pickle=False, limits=None, name=None, keep=None):
     """Return ``(values, pickled_keys)`` of the snapshot at ``path``; raise if it cannot be used.
 
     ``path`` may also be a binary file object (``name``: its path, for messages).  Metadata keys stay in ``values`` (see
@@ -200,32 +202,45 @@ def read(path, allow_pickle=False, limits=None, name=None):
     deserializer expects).  Object-dtype members raise :class:`PickleRequired` unless
     ``allow_pickle`` (then they are unpickled and listed in ``pickled_keys``).  ``limits``
     (``{key: most bytes}``, see :func:`member_limit`) bounds each member before it is inflated
-    (:class:`MemberTooLarge`); the members of keys it does not size may declare at most
-    :data:`UNKNOWN_MEMBER_BYTES` together.  None bounds only the metadata members.  Truncated or corrupt files raise what ``zipfile``/NumPy raise.
+    (:class:`MemberTooLarge`); the compressed members of keys it does not size may declare at
+    most :data:`UNKNOWN_MEMBER_BYTES` together (a stored member must declare what it stores).
+    None bounds only the metadata members.  ``keep`` (a tuple of key prefixes), when given,
+    leaves every other member unread.  Truncated or corrupt files raise what ``zipfile``/NumPy raise.
     """
     values = {}
     pickled = []
     where = path if name is None else name
     with zipfile.ZipFile(path) as zf:
-        infos = zf.infolist()
+        infos = []
         unsized = 0
-        for info in infos:
+        for info in zf.infolist():
             if not info.filename.endswith('.npy'):
                 raise ValueError('{}: member {!r} is not a .npy array; not a snapshot'.format(
                     where, info.filename))
             key = info.filename[:-4]
-            if key in _RESERVED or key.startswith(META_PREFIX):
+            reserved = key in _RESERVED or key.startswith(META_PREFIX)
+            if keep is not None and not reserved and not key.startswith(keep):
+                continue   # not wanted (e.g. the optimizer's state of a weights-only load): never read
+            stored = info.compress_type == zipfile.ZIP_STORED
+            if stored and info.file_size != info.compress_size:
+                raise MemberTooLarge('{}: member {!r} is stored with {} bytes but its entry declares '
+                                     '{}; refused (a forged or corrupt file)'.format(
+                                         where, key, info.compress_size, info.file_size))
+            if reserved:
                 _check_declared(where, info, SMALL_MEMBER_BYTES)
             elif limits is not None and key in limits:
                 _check_declared(where, info, limits[key])
-            elif limits is not None:
+            elif limits is not None and not stored:
+                # Size unknown (strings, numbers, parameters not initialized yet) and inflated:
+                # bounded together.  A stored member takes no more memory than the file holds.
                 unsized += info.file_size
                 if unsized > UNKNOWN_MEMBER_BYTES:
                     raise MemberTooLarge(
-                        '{}: the members whose size this job does not know (strings, numbers, '
-                        'keys it did not list) declare more than {} bytes together; refused '
-                        'before inflating them (a forged or corrupt file)'.format(
-                            where, UNKNOWN_MEMBER_BYTES))
+                        '{}: the compressed members whose size this job does not know (strings, '
+                        'numbers, parameters not initialized yet) declare more than {} bytes '
+                        'together; refused before inflating them (a forged or corrupt file)'
+                        .format(where, UNKNOWN_MEMBER_BYTES))
+            infos.append(info)
         for info in infos:
             with zf.open(info) as fp:
                 if _header(fp, where, info)[2].hasobject:
