@@ -13,7 +13,7 @@ import json
 import os
 
 __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'PREEMPTED_EXIT_STATUS',
-           'LAUNCH_STATUS_ENV', 'LaunchStatusWriter', 'read_launch_status',
+           'LAUNCH_STATUS_ENV', 'LaunchStatusWriter', 'read_launch_status', 'launch_attempt',
            'ALLOW_PICKLE_ENV', 'CHECK_ENV', 'CHUNK_BYTES_ENV', 'CLUSTER_DIR_ENV', 'CLUSTER_JOB_ENV',
            'CLUSTER_TOKEN_ENV',
            'CUDA_AWARE_ENV', 'DEBUG_ENV', 'DIRECT_BYTES_ENV', 'ELASTIC_ENV', 'FORCE_ABORT_ENV',
@@ -144,18 +144,41 @@ class LaunchStatusWriter:
 
     def update(self, **fields):
         """Merge ``fields`` into the status and write it (a reader never sees a partial file)."""
+        from chainermn_comm import safe_files   # safe_files reads this module's names
         self.fields.update(fields)
-        tmp = '{}.{}.tmp'.format(self.path, os.getpid())
-        with open(tmp, 'w') as f:
-            json.dump(self.fields, f)
-        os.replace(tmp, self.path)
+        safe_files.write_text(self.path, json.dumps(self.fields))
+
+
+def launch_attempt(environ=None):
+    """Return ``(launch, attempt)`` naming this start of a job that a launcher restarts, or None.
+
+    ``python -m chainermn launch`` (its status file names the launch, ``CHAINERMN_LAUNCH_RESTARTS``
+    counts the restarts) or a Slurm job (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT`` after a
+    requeue).  A launcher starts an attempt only once the one before has ended, so the processes
+    of an earlier attempt of the same launch are gone, whatever host they ran on.
+    """
+    from chainermn_comm import settings   # settings reads this module's names
+    env = os.environ if environ is None else environ
+    status = settings.read(LAUNCH_STATUS_ENV, environ=env)
+    if status:
+        return 'launch:' + status, int(settings.read(LAUNCH_RESTARTS_ENV, environ=env))
+    job = env.get('SLURM_JOB_ID', '').strip()
+    if job:
+        restarts = env.get('SLURM_RESTART_COUNT', '0').strip()
+        return ('slurm:{}:{}'.format(env.get('SLURM_CLUSTER_NAME', ''), job),
+                int(restarts) if restarts.isdigit() else 0)
+    return None
 
 
 def read_launch_status(path):
-    """Return the launch status as a dict; {} when the file is missing or unreadable."""
+    """Return the launch status as a dict; {} when the file is missing, unreadable or not trusted.
+
+    Only a regular file of this user that nobody else can write is read (never through a link).
+    """
+    from chainermn_comm import safe_files
     try:
-        with open(path) as f:
-            value = json.load(f)
+        with safe_files.open_trusted(path, 'launch status file') as f:
+            value = json.loads(f.read().decode('utf-8'))
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -16,7 +16,7 @@ import _common  # noqa: E402
 
 import chainermn_train  # noqa: E402
 from chainermn_train.extensions import AllreducePersistent  # noqa: E402
-from chainermn_train.extensions._checkpoint import CheckpointWarning  # noqa: E402
+from chainermn_train.checkpoint import CheckpointWarning  # noqa: E402
 
 
 class Reporter(chainer.Link):
@@ -110,8 +110,11 @@ def test_checkpointer_save_load_gc_and_fallback():
     # gc after saves 2 and 4 keeps the newest 2; save 5 was added after
     assert cp.local_iterations() == [3, 4, 5]
     comm.mpi_comm.Barrier()   # every rank finished saving
-    assert sorted(os.listdir(path)) == sorted('run.{}.{}'.format(r, i) for r in range(comm.size)
-                                              for i in (3, 4, 5))
+    assert sorted(n for n in os.listdir(path) if not n.startswith('.')) == sorted(
+        'run.{}.{}'.format(r, i) for r in range(comm.size) for i in (3, 4, 5))
+    # and the job's owner records, one per rank (see _owner)
+    assert sorted(n for n in os.listdir(path) if n.startswith('.')) == sorted(
+        '.run.{}.owner'.format(r) for r in range(comm.size))
     stats = cp.get_stats()
     assert stats['saves'] == 5 and stats['files_removed'] == 2
 
