@@ -323,13 +323,13 @@ def _env_case(name, variable, value, pattern):
 
 
 _env_case('env_timeout_not_a_number', 'CHAINERMN_TIMEOUT', 'soon',
-          r"CHAINERMN_TIMEOUT='soon' is not understood: it takes a number >= 0")
+          r"CHAINERMN_TIMEOUT='soon' is not understood: it takes a number >= 1, or 0 for off")
 _env_case('env_stall_seconds_negative', 'CHAINERMN_STALL_SECONDS', '-1',
-          r"CHAINERMN_STALL_SECONDS='-1' is not understood: it takes a number >= 0")
+          r"CHAINERMN_STALL_SECONDS='-1' is not understood: it takes a number >= 1, or 0 for off")
 _env_case('env_ranks_per_node_not_a_number', 'CHAINERMN_RANKS_PER_NODE', 'zero',
-          r"CHAINERMN_RANKS_PER_NODE='zero' is not understood: it takes an integer >= 1")
+          r"CHAINERMN_RANKS_PER_NODE='zero' is not understood: it takes an integer from 1 to 65536")
 _env_case('env_chunk_bytes_not_a_number', 'CHAINERMN_CHUNK_BYTES', '4MB',
-          r"CHAINERMN_CHUNK_BYTES='4MB' is not understood: it takes an integer >= 1")
+          r"CHAINERMN_CHUNK_BYTES='4MB' is not understood: it takes an integer from 64 to 1073741824")
 _env_case('env_check_not_a_flag', 'CHAINERMN_CHECK', 'abc',
           r"CHAINERMN_CHECK='abc' is not understood: it takes 1 or 0")
 _env_case('env_debug_not_a_flag', 'CHAINERMN_DEBUG', 'abc',

@@ -17,8 +17,8 @@ WATCHDOG_SCRIPT = '''
 import sys, numpy, chainermn_comm
 comm = chainermn_comm.create_communicator('naive', timeout=float(sys.argv[1]))
 comm.bcast_obj(0)
-if comm.rank == 0:
-    comm.recv(source=1, tag=7)   # never sent
+# Both ranks wait for a message nobody sends (neither leaves, so no exit notice ends it first).
+comm.recv(source=1 - comm.rank, tag=7)
 '''
 
 

@@ -1,0 +1,142 @@
+"""The exit notice: a rank that ends tells the other ranks, and a rank waiting for it ends the job.
+
+A rank ends its program (it returns, calls ``sys.exit``, dies of an uncaught exception) or calls
+``finalize()``: on its way out it sends every other rank of each of its communicators a small
+notice over the guard's side channel (:mod:`.side_channel`): its rank, host, why it ends (with
+its exit status when known, :mod:`.exit_status`) and how many collective calls it entered on
+that communicator.  The other ranks' watchdog threads read it within a second.  A rank that is
+blocked in (or enters) a collective call the leaver never entered, or a point-to-point call
+with it, ends the job at once with one line::
+
+    chainermn: rank 1 (host h1) exited with status 3 at collective call #20; rank 0 (host h0) waits
+    in call #21 allreduce(...), which rank 1 will never join: ending the job with MPI_Abort(3)
+
+and the exit status of the leaver (:data:`RANK_GONE_EXIT_STATUS` when it was 0 or unknown).  A
+program that ends on every rank after the same calls pays a few small sends at exit.
+``CHAINERMN_EXIT_NOTICE=0`` turns the notice off.  With the global except hook installed, a
+``sys.exit`` with a non-zero status aborts the job at once, like an exception
+(:func:`chainermn_comm.global_except_hook.add_hook`).
+"""
+
+import atexit
+import threading
+import time
+import weakref
+
+from chainermn_comm.guard import exit_status
+from chainermn_comm.guard.report import describe_wait
+from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
+
+__all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'P2P_GRACE', 'DEFER']
+
+#: Seconds a point-to-point call with a rank that left may still finish (its message may be on
+#: the way) before the job is ended.
+P2P_GRACE = 2.0
+#: Seconds a rank waits before it ends the job when a lower rank may end it first (one line).
+DEFER = 3.0
+#: Seconds a rank that ends waits, at most, for its notices to leave.
+SEND_WAIT = 1.0
+
+_guards = weakref.WeakSet()
+_lock = threading.Lock()
+_armed = [False]
+
+
+def arm(guard):
+    """Send ``guard``'s exit notice when this program ends (registers the handler once)."""
+    with _lock:
+        _guards.add(guard)
+        if not _armed[0]:
+            _armed[0] = True
+            exit_status.install()
+            atexit.register(_at_exit)
+
+
+def _notice(guard, why, status):
+    failed = guard.failed_collective and guard.failed_collective == guard.collective_seq
+    return {'rank': guard.rank, 'host': guard.host, 'why': why, 'status': status,
+            'collectives': guard.collective_seq, 'failed': bool(failed)}
+
+
+def leave(guard, why, status=None):
+    """Tell the other ranks of ``guard``'s communicator that this rank ends (once); return the requests."""
+    from chainermn_comm.guard import watchdog
+    watch = guard.watch
+    if watch.left or watch.side is None or not guard.config.exit_notice:
+        return []
+    watch.left = True
+    with watchdog.mpi_lock():
+        side = watch.side
+        if side is None or _finalized():
+            return []
+        try:
+            return side.announce(_notice(guard, why, status))
+        except Exception:
+            return []
+
+
+def _finalized():
+    from mpi4py import MPI
+    return not MPI.Is_initialized() or MPI.Is_finalized()
+
+
+def _at_exit():
+    """Program exit: abort under the except hook for a non-zero ``sys.exit``, else send the notices."""
+    try:
+        if _finalized():
+            return
+        status, why = exit_status.leaving()
+        from chainermn_comm import global_except_hook
+        if exit_status.exit_called() and global_except_hook.abort_on_exit_status(status):
+            return
+        reqs = []
+        for guard in list(_guards):
+            reqs.extend(leave(guard, why, status))
+        _wait(reqs)
+    except Exception:
+        pass
+
+
+def _wait(reqs):
+    """Wait up to ``SEND_WAIT`` seconds for the notices to leave (a frozen peer never takes them)."""
+    from chainermn_comm.guard import watchdog
+    deadline = time.monotonic() + SEND_WAIT
+    while reqs and time.monotonic() < deadline:
+        with watchdog.mpi_lock():
+            reqs = [r for r in reqs if not r.Test()]
+        if reqs:
+            time.sleep(0.005)
+
+
+def blocking(cur, departed, now):
+    """Return ``(rank, notice)`` of a rank that left and that call ``cur`` waits for, else None.
+
+    A collective call waits for every rank: it cannot finish when a rank left after fewer
+    collectives, or inside this one.  A point-to-point call waits for its peer only, which may
+    have sent before it left: it gets ``P2P_GRACE`` seconds.
+    """
+    number, info = cur[5], cur[4]
+    for peer, (notice, seen) in sorted(departed.items()):
+        if number:
+            done = notice['collectives']
+            if number > done or (number == done and notice['failed']):
+                return peer, notice
+        elif peer in (info.get('source'), info.get('dest')) and \
+                now - max(seen, cur[3]) >= P2P_GRACE:
+            return peer, notice
+    return None
+
+
+def job_status(notice):
+    """Return the status to end the job with: the leaver's non-zero status, else RANK_GONE_EXIT_STATUS."""
+    status = notice.get('status')
+    return status if isinstance(status, int) and 0 < status < 256 else RANK_GONE_EXIT_STATUS
+
+
+def gone_line(guard, cur, notice, status):
+    """Return the one line of a rank that ends the job because ``notice``'s rank left."""
+    where = 'in its collective call' if notice['failed'] else 'at collective call'
+    return ('chainermn: rank {} (host {}) {} {} #{}; rank {} (host {}) waits in {}, which rank {} '
+            'will never join: ending the job with MPI_Abort({})'.format(
+                notice['rank'], notice['host'], notice['why'], where, notice['collectives'],
+                guard.rank, guard.host, describe_wait(cur), notice['rank'], status))
