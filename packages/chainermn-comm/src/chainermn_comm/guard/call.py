@@ -107,6 +107,15 @@ class CallGuard:
         """Tell the other ranks that this rank leaves the communicator (e.g. 'called finalize()')."""
         departure.leave(self, why)
 
+    def mark(self, word):
+        """Let ``word`` (an int) ride on the next collective's agreement check; False when it cannot."""
+        return self.agreement.mark(word)
+
+    @property
+    def marks(self):
+        """Every rank's word from the last collective that carried marks (rank order), or None."""
+        return self.agreement.marks
+
     def hosts_of(self, rank):
         """Return the host of ``rank`` when this guard knows it, else '?'."""
         if self.hosts is not None and 0 <= rank < len(self.hosts):
