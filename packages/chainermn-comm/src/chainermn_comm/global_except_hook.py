@@ -44,8 +44,8 @@ def _rank():
 def _abort(exc_type, exc_value, exc_tb, previous):
     try:
         previous(exc_type, exc_value, exc_tb)
-        _log.critical('uncaught %s on rank %s; calling MPI_Abort() to stop all ranks.',
-                      exc_type.__name__, _rank())
+        _log.critical('uncaught %s on rank %s; calling MPI_Abort(%d) to stop all ranks.',
+                      exc_type.__name__, _rank(), EXIT_STATUS)
         sys.stderr.flush()
         sys.stdout.flush()
         started = time.monotonic()
