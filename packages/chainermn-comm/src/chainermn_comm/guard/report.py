@@ -108,7 +108,8 @@ def first_difference(everyone):
     bad = [(r, dict(e[1])[INVALID_INPUT]) for r, e in enumerate(everyone)
            if INVALID_INPUT in dict(e[1])]
     if bad:
-        return 'Invalid input on {}.\n'.format('; '.join('rank {}: {}'.format(r, m) for r, m in bad))
+        text = '; '.join('rank {}: {}'.format(r, m) for r, m in bad)
+        return 'Invalid input on {}{}\n'.format(text, '' if text.endswith('.') else '.')
     ref_rank, (ref_name, ref_sig) = 0, everyone[0][:2]
     for r, entry in enumerate(everyone):
         name, sig = entry[:2]
