@@ -10,7 +10,8 @@ Modes of the last rank, while every other rank makes one more all-reduce:
 it and the others in ``recv`` from rank 0), ``kill`` (it writes its pid to PID_DIR/pid and waits
 for the test's SIGKILL), ``stop`` (it stops itself with SIGSTOP), ``slow`` (rank 0 computes alone
 in pure Python for SECONDS while the others wait; every rank finishes),
-``normal`` (every rank makes the same calls and ends: nothing may be printed).
+``normal`` (every rank makes the same calls, on sub-communicators too, and ends: nothing may
+be printed).
 Prints ``FAULT-LEAVE-AT=<unix time>`` (stderr) when the last rank leaves, and ``job ran to the
 end`` when a rank that waited for the leaver got past its call.
 """
@@ -33,7 +34,15 @@ def main(mode, arg=None):
     for _ in range(3):
         comm.allreduce(x)
     last = comm.rank == comm.size - 1
-    if mode == 'normal':
+    if mode == 'normal':  # also a sub-communicator, one dropped unfinalized, one finalized
+        sub = comm.split(comm.rank % 2, comm.rank)
+        sub.allreduce(x)
+        dropped = chainermn_comm.create_communicator('naive')
+        dropped.bcast_obj(1)
+        del dropped
+        done = chainermn_comm.create_communicator('naive')
+        done.allreduce(x)
+        done.finalize()
         comm.bcast_obj('done')
         return
     if mode == 'slow':

@@ -11,9 +11,15 @@ with it, ends the job at once with one line::
     chainermn: rank 1 (host h1) exited with status 3 at collective call #20; rank 0 (host h0) waits
     in call #21 allreduce(...), which rank 1 will never join: ending the job with MPI_Abort(3)
 
-and the exit status of the leaver (:data:`RANK_GONE_EXIT_STATUS` when it was 0 or unknown).  A
-program that ends on every rank after the same calls pays a few small sends at exit.
-``CHAINERMN_EXIT_NOTICE=0`` turns the notice off.  With the global except hook installed, a
+and the exit status of the leaver (:data:`RANK_GONE_EXIT_STATUS` when it was 0 or unknown).
+
+Every notice sent is received, so that no MPI library finds a message nobody took at
+``MPI_Finalize`` (UCX warns about each): a rank that ends sends its notice to every other rank of
+each communicator it still holds (the guards stay registered until ``finalize()`` or the end),
+then takes theirs, answering progress queries meanwhile, before it goes on to ``MPI_Finalize``,
+which waits for every rank anyway.  A program that ends normally on every rank pays a few small
+messages per communicator at exit.  ``CHAINERMN_EXIT_NOTICE=0`` (on every rank) turns the notice
+off.  With the global except hook installed, a
 ``sys.exit`` with a non-zero status aborts the job at once, like an exception
 (:func:`chainermn_comm.global_except_hook.add_hook`).
 """
@@ -21,7 +27,6 @@ program that ends on every rank after the same calls pays a few small sends at e
 import atexit
 import threading
 import time
-import weakref
 
 from chainermn_comm.guard import exit_status
 from chainermn_comm.guard.report import describe_wait
@@ -34,10 +39,9 @@ __all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'P2P_GRACE', '
 P2P_GRACE = 2.0
 #: Seconds a rank waits before it ends the job when a lower rank may end it first (one line).
 DEFER = 3.0
-#: Seconds a rank that ends waits, at most, for its notices to leave.
-SEND_WAIT = 1.0
-
-_guards = weakref.WeakSet()
+#: The guards whose ranks send a notice at exit (held, so that a communicator that was garbage
+#: collected on one rank still takes part: its peers send to it and wait for its notice).
+_guards = set()
 _lock = threading.Lock()
 _armed = [False]
 
@@ -59,20 +63,57 @@ def _notice(guard, why, status):
 
 
 def leave(guard, why, status=None):
-    """Tell the other ranks of ``guard``'s communicator that this rank ends (once); return the requests."""
+    """Tell the other ranks of ``guard``'s communicator that this rank leaves it, then take their notices.
+
+    Once per guard (``finalize()``, or the program's end); returns when every other rank's
+    notice came, which in a program that ends normally is when they all end too.
+    """
+    if _send(guard, why, status):
+        _take_notices([guard])
+    with _lock:
+        _guards.discard(guard)
+
+
+def _send(guard, why, status):
+    """Send ``guard``'s notice to every other rank (once); return whether it was sent."""
     from chainermn_comm.guard import watchdog
     watch = guard.watch
     if watch.left or watch.side is None or not guard.config.exit_notice:
-        return []
+        return False
     watch.left = True
     with watchdog.mpi_lock():
         side = watch.side
         if side is None or _finalized():
-            return []
+            return False
         try:
-            return side.announce(_notice(guard, why, status))
+            side.announce(_notice(guard, why, status))
         except Exception:
-            return []
+            return False
+    return True
+
+
+def _take_notices(guards):
+    """Serve the side channels of ``guards`` until every other rank's notice came and ours left."""
+    from chainermn_comm.guard import watchdog
+    pending = list(guards)
+    pause = 0.001
+    while pending:
+        left = []
+        with watchdog.mpi_lock():
+            for g in pending:
+                side = g.watch.side
+                if side is None or _finalized():
+                    continue
+                try:
+                    side.serve(g.progress)
+                except Exception:
+                    continue
+                if len(side.departed) < side.size - 1 or not side.sends_done():
+                    left.append(g)
+        pending = left
+        if pending:
+            time.sleep(pause)
+            pause = min(0.05, pause * 2)
 
 
 def _finalized():
@@ -81,7 +122,7 @@ def _finalized():
 
 
 def _at_exit():
-    """Program exit: abort under the except hook for a non-zero ``sys.exit``, else send the notices."""
+    """Program exit: abort under the except hook for a non-zero ``sys.exit``, else exchange notices."""
     try:
         if _finalized():
             return
@@ -89,23 +130,14 @@ def _at_exit():
         from chainermn_comm import global_except_hook
         if exit_status.exit_called() and global_except_hook.abort_on_exit_status(status):
             return
-        reqs = []
-        for guard in list(_guards):
-            reqs.extend(leave(guard, why, status))
-        _wait(reqs)
+        with _lock:
+            guards = list(_guards)
+            _guards.clear()
+        # Every notice goes out before this rank waits for any: no two ranks wait on each other.
+        sent = [g for g in guards if _send(g, why, status)]
+        _take_notices(sent)
     except Exception:
         pass
-
-
-def _wait(reqs):
-    """Wait up to ``SEND_WAIT`` seconds for the notices to leave (a frozen peer never takes them)."""
-    from chainermn_comm.guard import watchdog
-    deadline = time.monotonic() + SEND_WAIT
-    while reqs and time.monotonic() < deadline:
-        with watchdog.mpi_lock():
-            reqs = [r for r in reqs if not r.Test()]
-        if reqs:
-            time.sleep(0.005)
 
 
 def blocking(cur, departed, now):

@@ -94,9 +94,15 @@ class SideChannel:
         self._sends.extend(reqs)
         return reqs
 
+    def sends_done(self):
+        """Return whether every message this rank sent has left (call while serving)."""
+        if self._sends:
+            self._sends = [r for r in self._sends if not r.Test()]
+        return not self._sends
+
     # -- asking (a stalled rank) ----------------------------------------------------------
     def ask(self):
-        """Send a progress query to every other rank."""
+        """Send a progress query to every other rank that has not left."""
         qid = next(_query_ids) * 4096 + self.rank
         now = time.monotonic()
         self._qids.add(qid)
@@ -105,7 +111,7 @@ class SideChannel:
             self.first_asked = now
         self._ask_times.append(now)
         for peer in range(self.size):
-            if peer != self.rank:
+            if peer != self.rank and peer not in self.departed:  # it takes no more messages
                 self._sends.append(self.comm.isend((self.token, qid), dest=peer, tag=_REQ))
 
     @property
