@@ -16,6 +16,7 @@ rank, so that load from other jobs on the machine falls on all of them alike:
 - ``resnet50_finite``: ``resnet50_new`` plus the multi-node optimizer's finite check
   (``chainermn_train._finite.FiniteCheck``: every rank looks at its own gradients, the word rides
   the average's agreement check, then every rank reads every rank's word);
+- ``resnet50_scan``: the finite check's own pass alone (``first_nonfinite`` of the gradients);
 - ``mnist_new``/``mnist_old``/``mnist_new_off``: ``--block`` iterations of examples/mnist's model
   (batch 100, Adam, ``MultiNodeOptimizer.update``) on each of those communicators.
 
@@ -39,7 +40,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 RATIOS = [('resnet50_new', 'resnet50_old'), ('resnet50_new', 'resnet50_new_off'),
-          ('resnet50_finite', 'resnet50_new'), ('mnist_new', 'mnist_old'),
+          ('resnet50_finite', 'resnet50_new'), ('resnet50_scan', 'resnet50_new'),
+          ('mnist_new', 'mnist_old'),
           ('mnist_new', 'mnist_new_off')]
 
 
@@ -99,6 +101,9 @@ def _worker(args):
             comms['new'].multi_node_mean_grad(link)
             assert check.after(0) is None
         cont['resnet50_finite'] = (finite, 1)
+        from chainermn_train._finite import first_nonfinite
+        params = [p for _, p in sorted(link.namedparams())]
+        cont['resnet50_scan'] = (lambda: first_nonfinite(params), 1)  # the check's own pass
     if 'mnist' in args.models:
         for name, c in comms.items():
             step = _mnist(c, args.size)

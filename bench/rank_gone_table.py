@@ -1,6 +1,7 @@
 """Measure how long the other ranks take to end when one rank returns, exits, raises, is killed, freezes or is slow.
 
-Usage (from the repo root; ``--cluster`` as root, on two nodes of namespaces, one rank each):
+Usage (from the repo root; ``--cluster`` as root, on two nodes of namespaces, ``-n`` ranks each;
+the killed rank is then every rank of node1, killed through the cluster):
     .venv/bin/python bench/rank_gone_table.py [-n 3] [--cluster] [--cases return,exit3,...]
         [--slow 75] [--out FILE.json]
 
@@ -41,8 +42,8 @@ def _line(text):
     return ''
 
 
-def run_case(case, n, slow, runner):
-    """Return {seconds, status, line} of one case."""
+def run_case(case, n, slow, runner, kill_last):
+    """Return {seconds, status, line} of one case; ``kill_last(pid)`` SIGKILLs the last rank."""
     from chainermn_comm.protocol import VARIABLES
     env = {name: None for name in VARIABLES}
     tmp = tempfile.mkdtemp(prefix='rank-gone-')
@@ -58,7 +59,7 @@ def run_case(case, n, slow, runner):
                 time.sleep(0.01)
             if os.path.exists(path):
                 killed['at'] = time.time()
-                os.kill(int(open(path).read()), signal.SIGKILL)
+                kill_last(int(open(path).read()))
     elif case == 'slow':
         args.append(str(slow))
     started = time.time()
@@ -79,27 +80,38 @@ def main(argv=None):
     p.add_argument('--out', default=None)
     args = p.parse_args(argv)
     cluster = None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)  # SIGTERM: remove the cluster on the way out
+
+    signal.signal(signal.SIGTERM, stop)
     if args.cluster:
         from chainermn_tools.cluster import Cluster
-        cluster = Cluster(nodes=2).__enter__()
+        cluster = Cluster(nodes=2).start()
 
         def runner(a, n, env, on_start):
             return cluster.mpiexec(a, ranks_per_node=n, timeout=600, env=env, on_start=on_start)
+
+        def kill_last(pid):  # the pid is the node's own: kill the job's ranks of node1 instead
+            cluster.kill(1, signal.SIGKILL, ranks_only=True)
     else:
         from chainermn_comm.testing import run_mpi
 
         def runner(a, n, env, on_start):
             return run_mpi(a, n, timeout=600, env=env, on_start=on_start)
+
+        def kill_last(pid):
+            os.kill(pid, signal.SIGKILL)
     rows = {}
     try:
         for case in args.cases.split(','):
-            rows[case] = run_case(case, args.n, args.slow, runner)
+            rows[case] = run_case(case, args.n, args.slow, runner, kill_last)
             r = rows[case]
             print('{:<11s} {:7.1f} s  status {:>3}  {}'.format(case, r['seconds'], r['status'], r['line']),
                   flush=True)
     finally:
         if cluster is not None:
-            cluster.__exit__(None, None, None)
+            cluster.close()
     where = '2 nodes x {} ranks'.format(args.n) if args.cluster else '{} ranks, one host'.format(args.n)
     print('\n| the last rank ... ({}) | the others end after | exit status | what the job prints |'.format(where))
     print('|---|---|---|---|')

@@ -1,8 +1,11 @@
 """The watchdog: one daemon thread per process that reports stalled calls and ends hung jobs.
 
-It answers the other ranks' progress queries (:mod:`side_channel`), reports a call that has
-waited ``$CHAINERMN_STALL_SECONDS`` (which ranks have not reached it) and aborts the job with
-``MPI_Abort(WATCHDOG_EXIT_STATUS)`` when a call outlives ``$CHAINERMN_TIMEOUT``.
+It answers the other ranks' progress queries (:mod:`side_channel`) and takes their exit notices
+(:mod:`departure`); it ends the job at once when this rank waits in a call a rank that left will
+never join; it reports a call that has waited ``$CHAINERMN_STALL_SECONDS`` (which ranks have not
+reached it, whether they answered, what to do), then keeps asking and ends the job when a rank
+has left its queries unanswered for ``$CHAINERMN_UNRESPONSIVE_SECONDS`` (frozen); and it aborts
+the job with ``MPI_Abort(WATCHDOG_EXIT_STATUS)`` when a call outlives ``$CHAINERMN_TIMEOUT``.
 """
 
 import atexit
