@@ -129,3 +129,10 @@ def test_a_normal_end_on_two_nodes_prints_nothing(nodes2):
     res, _ = run(nodes2, 'normal', 2)
     assert not res.timed_out and res.returncode == 0, report(res)
     assert res.stdout == '' and res.stderr == '', report(res)
+
+
+def test_ranks_that_end_at_different_times_on_two_nodes_print_nothing(nodes2):
+    """Rank 0 ends 3 s after the others: it sends them no notice (they told it), nothing is left over."""
+    res, _ = run(nodes2, 'staggered', 2, args=[3])
+    assert not res.timed_out and res.returncode == 0, report(res)
+    assert res.stdout == '' and res.stderr == '', report(res)

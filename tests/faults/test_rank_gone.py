@@ -191,3 +191,10 @@ def test_the_documented_defaults_are_the_code_s():
     assert row and '(default 240' in row[0] and '5 minutes' in row[0], row
     assert any(line.startswith('| `CHAINERMN_EXIT_NOTICE`') and 'default on' in line
                for line in env_doc.splitlines())
+
+
+@pytest.mark.parametrize('n', [2, 3])
+def test_ranks_that_end_at_different_times_print_nothing(n):
+    res, _ = leave('staggered', n, args=[3])
+    assert not res.timed_out and res.returncode == 0, report(res)
+    assert res.stdout == '' and res.stderr == '', report(res)

@@ -11,7 +11,7 @@ it and the others in ``recv`` from rank 0), ``kill`` (it writes its pid to PID_D
 for the test's SIGKILL), ``stop`` (it stops itself with SIGSTOP), ``slow`` (rank 0 computes alone
 in pure Python for SECONDS while the others wait; every rank finishes),
 ``normal`` (every rank makes the same calls, on sub-communicators too, and ends: nothing may
-be printed).
+be printed), ``staggered`` (the same, rank 0 ending SECONDS after the others).
 Prints ``FAULT-LEAVE-AT=<unix time>`` (stderr) when the last rank leaves, and ``job ran to the
 end`` when a rank that waited for the leaver got past its call.
 """
@@ -44,6 +44,11 @@ def main(mode, arg=None):
         done.allreduce(x)
         done.finalize()
         comm.bcast_obj('done')
+        return
+    if mode == 'staggered':  # every rank ends normally, rank 0 some seconds after the others
+        comm.bcast_obj('done')
+        if comm.rank == 0:
+            time.sleep(float(arg))
         return
     if mode == 'slow':
         if comm.rank == 0:

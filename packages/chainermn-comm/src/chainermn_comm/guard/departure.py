@@ -15,9 +15,11 @@ and the exit status of the leaver (:data:`RANK_GONE_EXIT_STATUS` when it was 0 o
 
 Every notice sent is received, so that no MPI library finds a message nobody took at
 ``MPI_Finalize`` (UCX warns about each): a rank that ends sends its notice to every other rank of
-each communicator it still holds (the guards stay registered until ``finalize()`` or the end),
-then takes theirs, answering progress queries meanwhile, before it goes on to ``MPI_Finalize``,
-which waits for every rank anyway.  A program that ends normally on every rank pays a few small
+each communicator it still holds (the guards stay registered until ``finalize()`` or the end)
+that has not told it it left; a rank still running takes it in its watchdog thread, and sends
+none back when it ends; ranks that end together send each other theirs, and each waits for
+those (answering progress queries meanwhile, at most ``NOTICE_WAIT`` seconds) before it goes on
+to ``MPI_Finalize``, which waits for every rank anyway.  A program that ends normally on every rank pays a few small
 messages per communicator at exit.  ``CHAINERMN_EXIT_NOTICE=0`` (on every rank) turns the notice
 off.  With the global except hook installed, a
 ``sys.exit`` with a non-zero status aborts the job at once, like an exception
@@ -32,13 +34,16 @@ from chainermn_comm.guard import exit_status
 from chainermn_comm.guard.report import describe_wait
 from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
 
-__all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'P2P_GRACE', 'DEFER']
+__all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'P2P_GRACE', 'DEFER', 'NOTICE_WAIT']
 
 #: Seconds a point-to-point call with a rank that left may still finish (its message may be on
 #: the way) before the job is ended.
 P2P_GRACE = 2.0
 #: Seconds a rank waits before it ends the job when a lower rank may end it first (one line).
 DEFER = 3.0
+#: Seconds a rank that leaves waits, at most, for the notices of the ranks it told (the ranks that
+#: end with it send theirs at once; one that goes on sends none).
+NOTICE_WAIT = 10.0
 #: The guards whose ranks send a notice at exit (held, so that a communicator that was garbage
 #: collected on one rank still takes part: its peers send to it and wait for its notice).
 _guards = set()
@@ -63,10 +68,10 @@ def _notice(guard, why, status):
 
 
 def leave(guard, why, status=None):
-    """Tell the other ranks of ``guard``'s communicator that this rank leaves it, then take their notices.
+    """Tell the other ranks of ``guard``'s communicator that this rank leaves it, then take theirs.
 
-    Once per guard (``finalize()``, or the program's end); returns when every other rank's
-    notice came, which in a program that ends normally is when they all end too.
+    Once per guard (``finalize()``, or the program's end); returns when the ranks it told that
+    are leaving too have sent theirs, or after ``NOTICE_WAIT`` seconds.
     """
     if _send(guard, why, status):
         _take_notices([guard])
@@ -75,7 +80,7 @@ def leave(guard, why, status=None):
 
 
 def _send(guard, why, status):
-    """Send ``guard``'s notice to every other rank (once); return whether it was sent."""
+    """Send ``guard``'s notice to every other rank that has not left (once); return whether it did."""
     from chainermn_comm.guard import watchdog
     watch = guard.watch
     if watch.left or watch.side is None or not guard.config.exit_notice:
@@ -86,6 +91,7 @@ def _send(guard, why, status):
         if side is None or _finalized():
             return False
         try:
+            side.serve(guard.progress)  # notices that came meanwhile: those ranks take no more
             side.announce(_notice(guard, why, status))
         except Exception:
             return False
@@ -93,11 +99,17 @@ def _send(guard, why, status):
 
 
 def _take_notices(guards):
-    """Serve the side channels of ``guards`` until every other rank's notice came and ours left."""
+    """Serve the side channels of ``guards`` until every rank told has answered with its own notice.
+
+    A rank told that is still running takes the notice (its watchdog thread) and, when it ends,
+    sends none back: this rank stops waiting for it after ``NOTICE_WAIT`` seconds.  Two ranks
+    that end together send each other theirs, which arrive at once.
+    """
     from chainermn_comm.guard import watchdog
+    deadline = time.monotonic() + NOTICE_WAIT
     pending = list(guards)
     pause = 0.001
-    while pending:
+    while pending and time.monotonic() < deadline:
         left = []
         with watchdog.mpi_lock():
             for g in pending:
@@ -106,9 +118,10 @@ def _take_notices(guards):
                     continue
                 try:
                     side.serve(g.progress)
+                    done = side.told <= set(side.departed) and side.sends_done()
                 except Exception:
                     continue
-                if len(side.departed) < side.size - 1 or not side.sends_done():
+                if not done:
                     left.append(g)
         pending = left
         if pending:

@@ -53,6 +53,8 @@ class SideChannel:
         self.departed = {}
         #: rank -> time.monotonic() of its last answer to one of this rank's queries.
         self.heard = {}
+        #: The ranks this rank sent its own exit notice to.
+        self.told = set()
         #: When this rank sent its first query of the current stall (None: not asking).
         self.first_asked = None
         self._ask_times = []  # when each query of the current stall was sent
@@ -87,12 +89,11 @@ class SideChannel:
 
     # -- a rank that ends -----------------------------------------------------------------
     def announce(self, notice):
-        """Send ``notice`` (a dict) to every other rank: this rank ends; return the requests."""
+        """Send ``notice`` (a dict: this rank ends) to every other rank that has not left; return them."""
         notice = dict(notice, token=self.token)
-        reqs = [self.comm.isend(notice, dest=peer, tag=_BYE)
-                for peer in range(self.size) if peer != self.rank]
-        self._sends.extend(reqs)
-        return reqs
+        self.told = {peer for peer in range(self.size) if peer != self.rank and peer not in self.departed}
+        self._sends.extend(self.comm.isend(notice, dest=peer, tag=_BYE) for peer in sorted(self.told))
+        return self.told
 
     def sends_done(self):
         """Return whether every message this rank sent has left (call while serving)."""

@@ -149,7 +149,9 @@ class Watch:
         if side is not None and (now - self.last_serve >= SERVE_PERIOD or side.asking):
             with thread.mpi_lock:
                 if thread.closed or self.side is not side or _mpi_finalized():
-                    self.side = side = None  # program exit, close(), or MPI_Finalize called
+                    # Program exit, close(), or MPI_Finalize called: this thread leaves the channel
+                    # alone (the exit notice still needs it, from the main thread).
+                    side = None
                 else:
                     side.serve(guard.progress)
                     self.last_serve = now
