@@ -16,10 +16,10 @@ and the exit status of the leaver (:data:`RANK_GONE_EXIT_STATUS` when it was 0 o
 Every notice sent is received, so that no MPI library finds a message nobody took at
 ``MPI_Finalize`` (UCX warns about each): a rank that ends sends its notice to every other rank of
 each communicator it still holds (the guards stay registered until ``finalize()`` or the end)
-that has not told it it left; a rank still running takes it in its watchdog thread, and sends
-none back when it ends; ranks that end together send each other theirs, and each waits for
-those (answering progress queries meanwhile, at most ``NOTICE_WAIT`` seconds) before it goes on
-to ``MPI_Finalize``, which waits for every rank anyway.  A program that ends normally on every rank pays a few small
+that has not told it it left, and waits for each one's answer (answering progress queries
+meanwhile, at most ``NOTICE_WAIT`` seconds) before it goes on to ``MPI_Finalize``, which waits for
+every rank anyway: a rank still running acknowledges it within a second (its watchdog thread)
+and sends no notice to it later; ranks that end together answer each other with their notices.  A program that ends normally on every rank pays a few small
 messages per communicator at exit.  ``CHAINERMN_EXIT_NOTICE=0`` (on every rank) turns the notice
 off.  With the global except hook installed, a
 ``sys.exit`` with a non-zero status aborts the job at once, like an exception
@@ -41,8 +41,8 @@ __all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'P2P_GRACE', '
 P2P_GRACE = 2.0
 #: Seconds a rank waits before it ends the job when a lower rank may end it first (one line).
 DEFER = 3.0
-#: Seconds a rank that leaves waits, at most, for the notices of the ranks it told (the ranks that
-#: end with it send theirs at once; one that goes on sends none).
+#: Seconds a rank that leaves waits, at most, for the answers of the ranks it told (they answer
+#: within a second unless frozen or already in MPI_Finalize).
 NOTICE_WAIT = 10.0
 #: The guards whose ranks send a notice at exit (held, so that a communicator that was garbage
 #: collected on one rank still takes part: its peers send to it and wait for its notice).
@@ -99,11 +99,12 @@ def _send(guard, why, status):
 
 
 def _take_notices(guards):
-    """Serve the side channels of ``guards`` until every rank told has answered with its own notice.
+    """Serve the side channels of ``guards`` until every rank told has answered (at most ``NOTICE_WAIT`` s).
 
-    A rank told that is still running takes the notice (its watchdog thread) and, when it ends,
-    sends none back: this rank stops waiting for it after ``NOTICE_WAIT`` seconds.  Two ranks
-    that end together send each other theirs, which arrive at once.
+    A rank told that is still running acknowledges the notice (its watchdog thread, within a
+    second) and sends no notice of its own to this rank when it ends; two ranks that end together
+    answer each other with their notices.  Only a rank that no longer serves its channel (frozen,
+    or in ``MPI_Finalize`` already) leaves this rank waiting the whole ``NOTICE_WAIT``.
     """
     from chainermn_comm.guard import watchdog
     deadline = time.monotonic() + NOTICE_WAIT
@@ -118,7 +119,7 @@ def _take_notices(guards):
                     continue
                 try:
                     side.serve(g.progress)
-                    done = side.told <= set(side.departed) and side.sends_done()
+                    done = side.told <= (set(side.departed) | side.acked) and side.sends_done()
                 except Exception:
                     continue
                 if not done:

@@ -1,5 +1,9 @@
 """Side channel of the watchdog threads: progress queries, their answers, and exit notices.
 
+A rank's exit notice (``announce``) is answered by every rank it goes to: by that rank's own
+notice when it had sent one already (the two ended together), else by an acknowledgement; so
+the rank that leaves knows when every message meant for it has come, and none is left over.
+
 Each communicator's guard owns a duplicate of its MPI communicator used only by the watchdog
 thread (and, once, by a rank that ends: its exit notice).  Every rank's watchdog thread looks at
 it about once a second (one ``Iprobe`` when nothing came): it answers progress queries with a
@@ -24,6 +28,7 @@ __all__ = ['SideChannel', 'side_channel_available', 'ANSWER_WAIT']
 _REQ = 1
 _REP = 2
 _BYE = 3
+_ACK = 4
 #: Seconds a stalled rank waits for the other ranks' answers before it prints its report.
 ANSWER_WAIT = 5.0
 _query_ids = itertools.count(1)
@@ -53,8 +58,9 @@ class SideChannel:
         self.departed = {}
         #: rank -> time.monotonic() of its last answer to one of this rank's queries.
         self.heard = {}
-        #: The ranks this rank sent its own exit notice to.
+        #: The ranks this rank sent its own exit notice to; those that acknowledged it.
         self.told = set()
+        self.acked = set()
         #: When this rank sent its first query of the current stall (None: not asking).
         self.first_asked = None
         self._ask_times = []  # when each query of the current stall was sent
@@ -84,6 +90,10 @@ class SideChannel:
                         self._query[2][src] = answer
             elif tag == _BYE and isinstance(msg, dict) and msg.get('token') == self.token:
                 self.departed.setdefault(src, (msg, time.monotonic()))
+                if src not in self.told:  # it waits for an answer: our own notice, or this
+                    self._sends.append(comm.isend(self.token, dest=src, tag=_ACK))
+            elif tag == _ACK and msg == self.token:
+                self.acked.add(src)
         if self._sends:
             self._sends = [r for r in self._sends if not r.Test()]
 
