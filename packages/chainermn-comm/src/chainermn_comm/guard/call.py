@@ -14,9 +14,8 @@ the caller only when ``trace.ON``) gives the event's ``bytes``/``dtype``/``op``/
 arguments, which otherwise come from the signature's shape, dtype and op when it has them.
 """
 
-import time
-
 import os
+import time
 
 from chainermn_comm import trace
 from chainermn_comm.guard import departure
