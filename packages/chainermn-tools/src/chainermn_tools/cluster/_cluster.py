@@ -187,7 +187,11 @@ class Cluster(object):
         env[NODE_LOCAL_ENV] = self.node_local
         env['PATH'] = os.pathsep.join([os.path.dirname(sys.executable)] + [
             p for p in env.get('PATH', '').split(os.pathsep) if p and p != os.path.dirname(sys.executable)])
-        env.update({k: str(v) for k, v in (extra or {}).items()})
+        for k, v in (extra or {}).items():
+            if v is None:
+                env.pop(k, None)  # None removes a variable
+            else:
+                env[k] = str(v)
         return env
 
     def popen(self, node, argv, env=None, cwd=None, **kwargs):
@@ -253,7 +257,9 @@ class Cluster(object):
         self._jobs += 1
         tag = '{}.{}.{}'.format(self.prefix, os.getpid(), self._jobs)
         env = dict(env or {}, **{JOB_ENV: tag})
+        removed = {k: None for k, v in env.items() if v is None}  # run_mpi removes them too
         env = {k: v for k, v in self.env(env).items() if os.environ.get(k) != v}
+        env.update(removed)
         try:
             return run_mpi(args, self.size * ranks_per_node, timeout=timeout, env=env, cwd=cwd,
                            python=python, on_start=on_start,

@@ -27,6 +27,7 @@ import tempfile
 import threading
 
 from chainermn_comm import protocol
+from chainermn_tools._args import count, number, seconds
 from chainermn_tools.launch import _attempt, _hosts, _slurm
 
 __all__ = ['main', 'supervise', 'job_env', 'run_on_cluster', 'add_restart_options', 'PREEMPTED_STATUS',
@@ -44,14 +45,16 @@ def _log(msg):
 
 def add_restart_options(parser, heartbeat=5.0, probe_timeout=10.0):
     """Add --max-restarts, --heartbeat, --probe-timeout and --watchdog to ``parser`` (or a group)."""
-    parser.add_argument('--max-restarts', type=int, default=3, help='restarts allowed in all (default 3)')
-    parser.add_argument('--heartbeat', type=float, default=heartbeat,
+    parser.add_argument('--max-restarts', type=count(0), default=3,
+                        help='restarts allowed in all (default 3)')
+    parser.add_argument('--heartbeat', type=seconds(off=0), default=heartbeat,
                         help='seconds between probes of the job\'s hosts while it runs (0: off; default '
                              '{:g})'.format(heartbeat))
-    parser.add_argument('--probe-timeout', type=float, default=probe_timeout,
+    parser.add_argument('--probe-timeout', type=seconds(), default=probe_timeout,
                         help='seconds a host may take to run the probe (default {:g})'.format(probe_timeout))
-    parser.add_argument('--watchdog', type=float, default=60.0,
-                        help='CHAINERMN_TIMEOUT for the job when the environment sets none (default 60)')
+    parser.add_argument('--watchdog', type=number(float, low=1, off=0, unit='seconds'), default=60.0,
+                        help='CHAINERMN_TIMEOUT for the job when the environment sets none (default 60; '
+                             '0: off)')
 
 
 def add_bind_option(parser):
@@ -79,11 +82,11 @@ def _parser():
     p.add_argument('--hosts-file', default=None,
                    help='one host per line (re-read before every start); default inside a Slurm '
                         'allocation: its nodes (scontrol show hostnames $SLURM_JOB_NODELIST)')
-    p.add_argument('--ranks-per-node', type=int, default=None,
+    p.add_argument('--ranks-per-node', type=count(), default=None,
                    help='ranks started on every host; default inside a Slurm allocation: '
                         'SLURM_NTASKS_PER_NODE, else the fewest of SLURM_TASKS_PER_NODE')
-    p.add_argument('--min-nodes', type=int, required=True, help='fewest healthy hosts to (re)start on')
-    p.add_argument('--max-nodes', type=int, default=None, help='most hosts to start on (default: all)')
+    p.add_argument('--min-nodes', type=count(), required=True, help='fewest healthy hosts to (re)start on')
+    p.add_argument('--max-nodes', type=count(), default=None, help='most hosts to start on (default: all)')
     add_restart_options(p)
     p.add_argument('--mpiexec', default=None, help='Hydra mpiexec to use (default: next to python, else PATH)')
     p.add_argument('--launcher-exec', default=None,
