@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from chainermn_comm import threads
+from chainermn_comm.protocol import THREADS_ENV
 from chainermn_comm.testing import find_mpiexec
 
 from docs_support import block, run_in_session
@@ -43,7 +45,8 @@ def _run(tmp_path, script, *args):
     path = tmp_path / 'train.py'
     path.write_text(script)
     cmd = [find_mpiexec(), '-n', '3', sys.executable, str(path)] + [str(a) for a in args]
-    env = dict(os.environ, PYTHONUNBUFFERED='1', CHAINERMN_TIMEOUT='120')
+    env = {k: v for k, v in os.environ.items() if k not in threads.POOL_VARIABLES + (THREADS_ENV,)}
+    env.update(PYTHONUNBUFFERED='1', CHAINERMN_TIMEOUT='120')   # pools sized by the rule: one line
     return run_in_session(cmd, timeout=300, cwd=str(tmp_path), env=env, merge=True)
 
 
@@ -57,6 +60,13 @@ def test_an_error_every_rank_raises_is_reported_once(tmp_path, mistake):
     report = 'status {} after {:.0f}s\n{}'.format(res.returncode, res.seconds, text)
     assert not res.timed_out and res.returncode == 1, report
     lines = [line for line in text.splitlines() if not QUIET.match(line)]
+    # Before the error: the configuration said once, by rank 0 (warning, thread pools).
+    quiet = [line for line in text.splitlines() if QUIET.match(line)]
+    assert len(quiet) == len(set(quiet)), report
+    assert sum('CPUModeWarning' in line for line in quiet) == 1, report
+    assert sum('BLAS and OpenMP threads: ' in line for line in quiet) == 1, report
+    crowded = bool(threads.oversubscription([threads.local_facts()] * 3))
+    assert sum('oversubscribed: ' in line for line in quiet) == int(crowded), report
     # Rank 0's report: Chainer's, with the exception's type, once; its traceback once.
     first = lines.index('Exception in main training loop: {}: rank 0: '.format(kind) +
                         text.split('Exception in main training loop: {}: rank 0: '.format(kind))[1]

@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from chainermn_comm import threads
+from chainermn_comm.protocol import THREADS_ENV
 from chainermn_comm.testing import find_mpiexec
 
 from docs_support import block, run_in_session
@@ -46,7 +48,9 @@ def _command(tmp_path):
 
 
 def _env():
-    return dict(os.environ, PYTHONUNBUFFERED='1', CHAINERMN_TIMEOUT='240')
+    # The thread pools sized by chainermn's rule (so that rank 0 says so: one line, asserted).
+    env = {k: v for k, v in os.environ.items() if k not in threads.POOL_VARIABLES + (THREADS_ENV,)}
+    return dict(env, PYTHONUNBUFFERED='1', CHAINERMN_TIMEOUT='240')
 
 
 def _generations(tmp_path):
@@ -131,8 +135,14 @@ def test_quickstart_reports_once_and_resumes_after_a_kill(tmp_path):
     foreign = [line for line in lines[header[0] + 1:last_row] if not TABLE_LINE.match(line)]
     assert foreign == [], (foreign, report)
     assert sum('CPUModeWarning' in line for line in lines) == 1, report
-    for said in ('BLAS and OpenMP threads', 'oversubscribed', 'tuned at call', 'loaded generation'):
-        assert sum(said in line for line in lines) <= 1, (said, report)
+    # The thread pools (said at the communicator's creation, by rank 0 only): before the table.
+    crowded = bool(threads.oversubscription([threads.local_facts()] * 3))   # 3 ranks on this machine
+    for said, times in (('BLAS and OpenMP threads: ', 1), ('oversubscribed: ', int(crowded)),
+                        ('loaded generation', 1)):
+        at = [i for i, line in enumerate(lines) if said in line]
+        assert len(at) == times and all(i < header[0] for i in at), (said, at, header, report)
+        assert all(lines[i].startswith('chainermn: [rank 0 host ') for i in at), (said, report)
+    assert sum('tuned at call' in line for line in lines) <= 1, report
     warned = [line for line in lines if 'Warning: ' in line]   # one line per warning shown
     assert len(warned) == len(set(warned)) and len(warned) <= 2, (warned, report)
     assert sum('took over the snapshots' in line for line in warned) <= 1, report   # the killed job's

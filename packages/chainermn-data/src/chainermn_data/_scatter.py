@@ -6,7 +6,7 @@ import zlib
 
 import numpy
 from chainer.datasets import SubDataset
-from chainermn_comm import run_facts
+from chainermn_comm import run_facts, voice
 
 from chainermn_data._comm import describe, guarded, mpi_comm_of
 
@@ -83,9 +83,10 @@ def _check_args(rank, size, root, max_buf_len):
     return None
 
 
-def _raise_all(rank, what, problems, kind='value'):
+def _raise_all(work, rank, what, problems, kind='value'):
     detail = '; '.join('rank {}: {}'.format(r, p) for r, p in problems)
-    raise _EXC[kind]('rank {}: scatter_dataset {}: {}'.format(rank, what, detail))
+    # Every rank raises it after the same exchange: rank 0 reports it (chainermn_comm.voice).
+    raise voice.agreed(_EXC[kind]('rank {}: scatter_dataset {}: {}'.format(rank, what, detail)), work)
 
 
 def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_equal_length, problem):
@@ -93,11 +94,11 @@ def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_
     everyone = work.allgather((problem, int(root) if problem is None else None, force_equal_length))
     bad = [(r, e[0]) for r, e in enumerate(everyone) if e[0] is not None]
     if bad:
-        _raise_all(rank, 'got invalid arguments', bad)
+        _raise_all(work, rank, 'got invalid arguments', bad)
     roots = {e[1] for e in everyone}
     flags = {e[2] for e in everyone}
     if len(roots) != 1 or len(flags) != 1:
-        _raise_all(rank, 'needs the same root and force_equal_length on every rank', [
+        _raise_all(work, rank, 'needs the same root and force_equal_length on every rank', [
             (r, 'root={} force_equal_length={}'.format(e[1], e[2])) for r, e in enumerate(everyone)])
     root = int(root)
 
@@ -113,7 +114,7 @@ def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_
         header = None
     header, fact = work.bcast((header, fact), root=root)
     if header[0] == 'error':
-        _raise_all(rank, 'failed on root', [(root, header[2])], kind=header[1])
+        _raise_all(work, rank, 'failed on root', [(root, header[2])], kind=header[1])
     kind, n, max_piece = header[0], header[1], header[2]
     positions = part_positions(n, size, rank, force_equal_length)
 
@@ -132,7 +133,7 @@ def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_
             failed.append((r, f[1]))
     if failed:
         kinds = [f[0] for f in outcome if f is not None]
-        _raise_all(rank, 'failed', failed, kind=kinds[0])
+        _raise_all(work, rank, 'failed', failed, kind=kinds[0])
     run_facts.note(run_facts.SCATTER, fact)   # a checkpoint records it; a resume compares it
     return result
 
