@@ -146,6 +146,7 @@ def create_elastic_iterator(dataset, batch_size, comm, shuffle=True, seed=None, 
     if len(seeds) > 1:
         raise voice.agreed(ValueError(
             'rank {}: create_elastic_iterator needs the same seed on every rank (or None on all but rank '
-            '0); got {}'.format(rank, ', '.join('rank {}: {}'.format(r, e[4]) for r, e in enumerate(everyone)))),
+            '0); got {}'.format(rank, ', '.join('rank {}: {}'.format(r, e[4])
+                                                for r, e in enumerate(everyone)))),
             mpi)
     return ElasticIterator(dataset, batch_size, rank, size, shuffle, everyone[0][4], repeat=repeat)
