@@ -78,10 +78,14 @@ def _killpg(proc):
         pass
 
 
-def run_in_session(cmd, timeout, cwd=None, env=None):
-    """Run ``cmd`` in its own session; kill the whole session on timeout; return a Run."""
+def run_in_session(cmd, timeout, cwd=None, env=None, merge=False):
+    """Run ``cmd`` in its own session; kill the whole session on timeout; return a Run.
+
+    ``merge``: stderr goes into stdout, in the order the two were written (as on a terminal).
+    """
     start = time.monotonic()
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                             stdin=subprocess.DEVNULL, cwd=cwd, env=env, start_new_session=True)
     timed_out = False
     try:
@@ -92,5 +96,5 @@ def run_in_session(cmd, timeout, cwd=None, env=None):
         out, err = proc.communicate()
     finally:
         _killpg(proc)
-    return Run(proc.returncode, out.decode(errors='replace'), err.decode(errors='replace'),
+    return Run(proc.returncode, out.decode(errors='replace'), (err or b'').decode(errors='replace'),
                time.monotonic() - start, timed_out)

@@ -129,3 +129,38 @@ def test_stall_report_goes_through_the_logger(tmp_path, quiet):
     else:
         assert 'chainermn: [rank 0 host ' in res.stderr, res.stderr
         assert '] *** chainermn stall inspector: rank 0 of 2' in res.stderr, res.stderr
+
+
+def test_holding_keeps_information_until_the_hold_ends(top, no_root_handlers, capfd):
+    rank, host = log.rank_and_host()
+    with no_root_handlers:
+        with log.holding():
+            log.get_logger('tune').info('chosen %d', 1)
+            with log.holding():                       # nested: only the outermost releases
+                log.get_logger('tune').info('chosen %d', 2)
+            assert capfd.readouterr().err == ''
+            log.get_logger('watchdog').warning('a stall')  # warnings are written at once
+            assert capfd.readouterr().err == 'chainermn: [rank {} host {}] a stall\n'.format(rank, host)
+        err = capfd.readouterr().err
+    assert err == ''.join('chainermn: [rank {} host {}] chosen {}\n'.format(rank, host, i)
+                          for i in (1, 2)), err
+
+
+def test_release_writes_what_was_held_and_holds_on(top, no_root_handlers, capfd):
+    with no_root_handlers:
+        with log.holding():
+            log.get_logger('tune').info('first')
+            log.release()
+            assert capfd.readouterr().err.endswith('] first\n')
+            log.get_logger('tune').info('second')
+            assert capfd.readouterr().err == ''
+        assert capfd.readouterr().err.endswith('] second\n')
+
+
+def test_a_user_handler_gets_information_at_once_while_holding(top, no_root_handlers, capfd):
+    got = _Collect()
+    top.addHandler(got)
+    with no_root_handlers, log.holding():
+        log.get_logger('tune').info('now')
+        assert [r.getMessage() for r in got.records] == ['now']
+    assert capfd.readouterr().err == ''

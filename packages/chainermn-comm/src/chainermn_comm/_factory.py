@@ -3,7 +3,7 @@
 import warnings
 
 from chainermn_comm import _gpu_support
-from chainermn_comm import settings, spelling
+from chainermn_comm import settings, spelling, voice
 
 __all__ = ['create_communicator', 'COMMUNICATOR_NAMES', 'CPUModeWarning']
 
@@ -41,27 +41,42 @@ def create_communicator(communicator_name=_DEFAULT, mpi_comm=None, allreduce_gra
     Returns:
         A communicator implementing :class:`chainermn.CommunicatorBase`.
 
-    Every ``CHAINERMN_*`` variable that is set is checked first: a value that cannot be
-    understood raises ValueError on every rank, before any communication.
+    Every ``CHAINERMN_*`` variable that is set is checked first, with the name, on every rank
+    together (one ``allgather``): a value that cannot be understood raises ValueError on every
+    rank, and each warning is shown once, by rank 0, naming the ranks when not every rank gave it.
+    From here on uncaught exceptions are printed the job's way (:mod:`chainermn_comm.voice`).
     """
-    settings.check_environment()
-    name = communicator_name
-    if not isinstance(name, str) or name not in COMMUNICATOR_NAMES:
-        raise ValueError('unknown communicator name {!r}.{} Valid names are: {}'.format(
-            name, spelling.did_you_mean(name, COMMUNICATOR_NAMES), ', '.join(COMMUNICATOR_NAMES)))
+    def check():
+        settings.check_environment()
+        name = communicator_name
+        if not isinstance(name, str) or name not in COMMUNICATOR_NAMES:
+            raise ValueError('unknown communicator name {!r}.{} Valid names are: {}'.format(
+                name, spelling.did_you_mean(name, COMMUNICATOR_NAMES), ', '.join(COMMUNICATOR_NAMES)))
+        if name is _DEFAULT and not _gpu_support.gpu_available():
+            warnings.warn_explicit(
+                'using naive communicator because only naive supports CPU-only execution',
+                CPUModeWarning, 'chainermn', 0)
+            name = 'naive'
+        if name != 'naive':
+            _gpu_support.require_gpu(name, needs_nccl=name in _NEEDS_NCCL)
+        return name
+
     if mpi_comm is None:
-        from chainermn_comm._mpi_library import MPI
+        try:
+            from chainermn_comm._mpi_library import MPI
+        except Exception:
+            check()   # a bad name or setting is said before the missing MPI library
+            raise
         mpi_comm = MPI.COMM_WORLD
+    voice.install()
+    if callable(getattr(mpi_comm, 'allgather', None)) and callable(getattr(mpi_comm, 'Get_rank', None)):
+        name = voice.together(mpi_comm, check, 'create_communicator')
+    else:   # not an mpi4py communicator: the communicator's own check says so
+        name = check()
     kwargs = dict(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype,
                   batched_copy=batched_copy, timeout=timeout)
-    if name is _DEFAULT and not _gpu_support.gpu_available():
-        warnings.warn_explicit(
-            'using naive communicator because only naive supports CPU-only execution',
-            CPUModeWarning, 'chainermn', 0)
-        name = 'naive'
     if name == 'naive':
         from chainermn_comm.naive import NaiveCommunicator
         return NaiveCommunicator(**kwargs)
-    _gpu_support.require_gpu(name, needs_nccl=name in _NEEDS_NCCL)
     from chainermn_comm import gpu
     return gpu.create_gpu_communicator(name, **kwargs)

@@ -5,6 +5,11 @@ Use ``chainermn.global_except_hook.add_hook()``, or set
 ``python -m mpi4py script.py``.  With the hook, ``sys.exit(n)`` with a non-zero ``n`` on one
 rank also aborts the job (``SystemExit`` never reaches ``sys.excepthook``, so the hook notes the
 status that ``sys.exit`` is called with and aborts at exit), and the job's exit status is ``n``.
+
+An error that every rank raised together (:mod:`chainermn_comm.voice`) is reported once: the
+rank that reports it prints it, says that it aborts and ends the job; every other rank prints one
+line pointing at it and waits (at most :data:`AGREED_WAIT` seconds) for that rank to end the job,
+so that no rank cuts the report short.  An error of one rank is printed by that rank, once.
 """
 
 import atexit
@@ -13,7 +18,7 @@ import sys
 import threading
 import time
 
-from chainermn_comm import settings
+from chainermn_comm import settings, voice
 from chainermn_comm.guard import exit_status
 from chainermn_comm.log import get_logger
 from chainermn_comm.protocol import FORCE_ABORT_ENV
@@ -26,6 +31,9 @@ EXIT_STATUS = 1
 #: Seconds to wait after printing, before MPI_Abort: MPICH's launcher drops output it has not
 #: forwarded yet when the job is aborted, which would lose the traceback and the rank.
 FLUSH_GRACE_S = 0.5
+#: Seconds a rank whose error every rank raised together waits for the reporting rank to end the
+#: job (it prints the report first) before it ends the job itself.
+AGREED_WAIT = 10.0
 
 _state = {'sys': None, 'threading': None, 'atexit': False}
 _log = get_logger('global_except_hook')
@@ -43,14 +51,26 @@ def _rank():
 
 def _abort(exc_type, exc_value, exc_tb, previous):
     try:
-        previous(exc_type, exc_value, exc_tb)
-        _log.critical('uncaught %s on rank %s; calling MPI_Abort(%d) to stop all ranks.',
-                      exc_type.__name__, _rank(), EXIT_STATUS)
+        voice.report_uncaught(exc_type, exc_value, exc_tb, previous)
+        rank = _rank()
+        reporter = voice.reporter_of(exc_value)
         sys.stderr.flush()
         sys.stdout.flush()
         started = time.monotonic()
         _flush_trace()
-        time.sleep(max(0.0, FLUSH_GRACE_S - (time.monotonic() - started)))
+        if reporter is not None and str(reporter) != str(rank):
+            # Every rank raised it: the reporting rank prints it and ends the job; ending it from
+            # here first could cut its report short.
+            time.sleep(max(0.0, AGREED_WAIT - (time.monotonic() - started)))
+            _log.critical('rank %s did not end the job within %g s after the %s every rank raised; '
+                          'calling MPI_Abort(%d) from rank %s.', reporter, AGREED_WAIT,
+                          exc_type.__name__, EXIT_STATUS, rank)
+            sys.stderr.flush()
+        else:
+            _log.critical('uncaught %s on rank %s; calling MPI_Abort(%d) to stop all ranks.',
+                          exc_type.__name__, rank, EXIT_STATUS)
+            sys.stderr.flush()
+            time.sleep(max(0.0, FLUSH_GRACE_S - (time.monotonic() - started)))
     finally:
         try:
             from mpi4py import MPI
@@ -76,6 +96,9 @@ def _sys_hook(exc_type, exc_value, exc_tb):
     if issubclass(exc_type, KeyboardInterrupt) and exc_type is not KeyboardInterrupt:
         return _state['sys'](exc_type, exc_value, exc_tb)
     _abort(exc_type, exc_value, exc_tb, _state['sys'])
+
+
+_sys_hook.chainermn_reports = True  # voice.install() leaves this hook in place
 
 
 def _thread_hook(args):

@@ -11,14 +11,24 @@ flushed at once (the watchdog logs while the process dies); a record with the at
 ``chainermn_plain`` (the straggler line, which names another rank) is written as its message alone.  Silence or redirect them the usual
 way: ``logging.getLogger('chainermn').setLevel(logging.CRITICAL)``, or add a handler.  Warnings
 stay :mod:`warnings`.
+
+Lines that do not cut into a reporter's table: while :func:`holding` is in effect (a Chainer
+``Trainer`` whose ``PrintReport`` or ``ProgressBar`` writes to this process's stdout is running:
+``chainermn_train`` sets it), the default handler keeps records below ``WARNING`` (the tuner's
+choice, ...) and writes them, in order, when the run ends (:func:`release`).  Warnings and errors
+(a stall, a straggler, a rank that left) are written at once, as whole lines, after stdout is
+flushed so that they follow the table's rows already printed.  A handler the user configured
+gets every record at once.
 """
 
+import contextlib
 import logging
 import os
 import socket
 import sys
+import threading
 
-__all__ = ['get_logger', 'LOGGER_NAME', 'FORMAT', 'rank_and_host']
+__all__ = ['get_logger', 'LOGGER_NAME', 'FORMAT', 'rank_and_host', 'holding', 'release']
 
 #: Name of the logger every chainermn logger descends from.
 LOGGER_NAME = 'chainermn'
@@ -26,6 +36,9 @@ LOGGER_NAME = 'chainermn'
 FORMAT = 'chainermn: [rank %(rank)s host %(host)s] %(message)s'
 
 _host = []
+#: Records the default handler keeps while :func:`holding` (``depth``: nested holds).
+_held = {'depth': 0, 'records': []}
+_held_lock = threading.Lock()
 
 
 def rank_and_host():
@@ -74,7 +87,18 @@ class _DefaultHandler(logging.Handler):
         top = logging.getLogger(LOGGER_NAME)
         if any(h is not self for h in top.handlers) or logging.getLogger().handlers:
             return  # the user decides where records go
+        if record.levelno < logging.WARNING:
+            with _held_lock:
+                if _held['depth']:
+                    record.msg, record.args = record.getMessage(), None  # as it reads now
+                    _held['records'].append(record)
+                    return
+        self.write(record)
+
+    def write(self, record):
+        """Write one record as a whole line to the current ``sys.stderr``, after stdout's lines."""
         try:
+            _flush_stdout()
             stream = sys.stderr
             # A record with ``chainermn_plain`` (e.g. the straggler line, which names another
             # rank) is written as its message alone.
@@ -86,8 +110,38 @@ class _DefaultHandler(logging.Handler):
             self.handleError(record)
 
 
+def _flush_stdout():
+    try:
+        sys.stdout.flush()
+    except Exception:  # closed or broken: the record still goes to stderr
+        pass
+
+
 _filter = _RankFilter()
 _default = _DefaultHandler()
+
+
+@contextlib.contextmanager
+def holding():
+    """Keep the default handler's records below WARNING until the outermost hold ends, then write them."""
+    with _held_lock:
+        _held['depth'] += 1
+    try:
+        yield
+    finally:
+        with _held_lock:
+            _held['depth'] -= 1
+            last = _held['depth'] == 0
+        if last:
+            release()
+
+
+def release():
+    """Write the records kept so far, in order (the hold, if any, goes on)."""
+    with _held_lock:
+        records, _held['records'] = _held['records'], []
+    for record in records:
+        _default.write(record)
 
 
 def _setup():

@@ -164,19 +164,23 @@ def make_directory(path, what='directory', allow_shared=None):
     """Create ``path`` (and its parents) if missing, then :func:`check_directory` it.
 
     Every directory made here (parents included) gets the umask's mode without group or other
-    write (``0o755 & ~umask``), so that it passes the check even under a umask of 0.
+    write (``0o755 & ~umask``), so that it passes the check even under a umask of 0.  Returns the
+    absolute paths of the directories this call made, outermost first (empty: all existed).
     """
     missing = []
     here = os.path.abspath(path)
     while not os.path.lexists(here):
         missing.append(here)
         here = os.path.dirname(here)
+    made = []
     for d in reversed(missing):
         try:
             os.mkdir(d, 0o755)
+            made.append(d)
         except FileExistsError:   # made meanwhile (another rank): checked below like any other
             pass
     check_directory(path, what, allow_shared=allow_shared)
+    return made
 
 
 def is_own_file(path):

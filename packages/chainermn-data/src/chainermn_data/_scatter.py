@@ -1,9 +1,12 @@
 """scatter_dataset: root sends every rank only its own part of a dataset, in bounded pieces."""
 
+import operator
 import pickle
+import zlib
 
 import numpy
 from chainer.datasets import SubDataset
+from chainermn_comm import run_facts, voice
 
 from chainermn_data._comm import describe, guarded, mpi_comm_of
 
@@ -49,6 +52,9 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None, max_buf_len
     for which samples are repeated so that every rank gets the same length (``force_equal_length``).
     Each part travels from root to its rank alone, in messages of at most ``max_buf_len`` bytes.
     Root's own part is a view of its dataset (nothing is copied); other ranks hold their samples.
+    How the data was cut (length, ``shuffle``, ``seed`` and a CRC-32 of the order) is noted in
+    ``chainermn_comm.run_facts``: the checkpointer records it, and a resumed job whose order
+    differs (``shuffle=True`` without a ``seed``, or another seed) is warned that its shards differ.
     """
     mpi = mpi_comm_of(comm)
     rank, size = mpi.Get_rank(), mpi.Get_size()
@@ -77,9 +83,10 @@ def _check_args(rank, size, root, max_buf_len):
     return None
 
 
-def _raise_all(rank, what, problems, kind='value'):
+def _raise_all(work, rank, what, problems, kind='value'):
     detail = '; '.join('rank {}: {}'.format(r, p) for r, p in problems)
-    raise _EXC[kind]('rank {}: scatter_dataset {}: {}'.format(rank, what, detail))
+    # Every rank raises it after the same exchange: rank 0 reports it (chainermn_comm.voice).
+    raise voice.agreed(_EXC[kind]('rank {}: scatter_dataset {}: {}'.format(rank, what, detail)), work)
 
 
 def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_equal_length, problem):
@@ -87,26 +94,27 @@ def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_
     everyone = work.allgather((problem, int(root) if problem is None else None, force_equal_length))
     bad = [(r, e[0]) for r, e in enumerate(everyone) if e[0] is not None]
     if bad:
-        _raise_all(rank, 'got invalid arguments', bad)
+        _raise_all(work, rank, 'got invalid arguments', bad)
     roots = {e[1] for e in everyone}
     flags = {e[2] for e in everyone}
     if len(roots) != 1 or len(flags) != 1:
-        _raise_all(rank, 'needs the same root and force_equal_length on every rank', [
+        _raise_all(work, rank, 'needs the same root and force_equal_length on every rank', [
             (r, 'root={} force_equal_length={}'.format(e[1], e[2])) for r, e in enumerate(everyone)])
     root = int(root)
 
-    # 2. Root plans the split and tells every rank what it will receive.
-    order = None
+    # 2. Root plans the split and tells every rank what it will receive (and how it cut the data).
+    order, fact = None, None
     if rank == root:
         try:
             header, order = _plan(dataset, size, root, shuffle, seed, max_buf_len, force_equal_length)
+            fact = _fact(header[1], shuffle, seed, order)
         except _PlanError as e:
             header = ('error', e.kind, str(e))
     else:
         header = None
-    header = work.bcast(header, root=root)
+    header, fact = work.bcast((header, fact), root=root)
     if header[0] == 'error':
-        _raise_all(rank, 'failed on root', [(root, header[2])], kind=header[1])
+        _raise_all(work, rank, 'failed on root', [(root, header[2])], kind=header[1])
     kind, n, max_piece = header[0], header[1], header[2]
     positions = part_positions(n, size, rank, force_equal_length)
 
@@ -125,8 +133,20 @@ def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_
             failed.append((r, f[1]))
     if failed:
         kinds = [f[0] for f in outcome if f is not None]
-        _raise_all(rank, 'failed', failed, kind=kinds[0])
+        _raise_all(work, rank, 'failed', failed, kind=kinds[0])
+    run_facts.note(run_facts.SCATTER, fact)   # a checkpoint records it; a resume compares it
     return result
+
+
+def _fact(n, shuffle, seed, order):
+    """Return how root cut the data: length, shuffle, the seed (an int, or None) and a CRC of the order."""
+    try:
+        given = None if seed is None else int(operator.index(seed))
+    except TypeError:   # a sequence or array of seeds: the order's CRC still tells runs apart
+        given = None
+    crc = None if order is None else zlib.crc32(numpy.ascontiguousarray(order, dtype='<i8').tobytes())
+    return {'n': int(n), 'shuffle': bool(shuffle), 'seeded': seed is not None, 'seed': given,
+            'order': crc}
 
 
 class _PlanError(Exception):

@@ -4,6 +4,7 @@ import numpy
 import pytest
 
 import chainermn_comm
+from chainermn_comm import voice
 from chainermn_data.iterators import create_elastic_iterator
 
 
@@ -35,11 +36,13 @@ def test_mismatched_batch_size_is_an_error_on_every_rank():
     with pytest.raises(ValueError, match='same dataset length, batch_size and shuffle') as e:
         create_elastic_iterator(list(range(8)), 2 + comm.rank, comm, seed=1)
     assert 'rank 1: 8 samples, batch_size 3' in str(e.value)
+    assert voice.reporter_of(e.value) == 0   # raised together: rank 0 reports it, once
 
 
 def test_different_seeds_are_an_error():
     comm = _comm()
     if comm.size == 1:
         pytest.skip('needs two ranks')
-    with pytest.raises(ValueError, match='same seed'):
+    with pytest.raises(ValueError, match='same seed') as e:
         create_elastic_iterator(numpy.arange(8), 2, comm, seed=comm.rank)
+    assert voice.reporter_of(e.value) == 0

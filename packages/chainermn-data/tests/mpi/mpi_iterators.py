@@ -9,6 +9,7 @@ from chainer.iterators import MultiprocessIterator, SerialIterator
 from mpi4py import MPI
 
 import chainermn_comm
+from chainermn_comm import voice
 from chainermn_data import create_multi_node_iterator, create_synchronized_iterator
 from chainermn_data.iterators import IteratorMismatchError
 
@@ -171,14 +172,16 @@ def test_multi_node_raw_mpi4py_comm():
 def test_multi_node_mismatch_detected():
     if SIZE == 1:
         return
-    with pytest.raises(IteratorMismatchError, match='rank_master'):
+    with pytest.raises(IteratorMismatchError, match='rank_master') as e:
         create_multi_node_iterator(SerialIterator([1, 2], 1), comm, rank_master=RANK)
+    assert voice.reporter_of(e.value) == 0   # raised together: rank 0 reports it, once
     it = create_multi_node_iterator(SerialIterator([1, 2, 3], 1), comm)
-    with pytest.raises(IteratorMismatchError, match='next/reset/serialize'):
+    with pytest.raises(IteratorMismatchError, match='next/reset/serialize') as e:
         if RANK == 0:
             it.next()
         else:
             it.reset()
+    assert voice.reporter_of(e.value) == 0
     assert assert_same_on_all_ranks(it.next()) in ([1], [2])
 
 
@@ -194,8 +197,9 @@ def test_multi_node_master_error_everywhere():
     expected = KeyError if RANK == 0 else RuntimeError
     with pytest.raises(expected, match='no sample'):
         it.next()
-    with pytest.raises(ValueError, match='needs an iterator'):
+    with pytest.raises(ValueError, match='needs an iterator') as e:
         create_multi_node_iterator(None, comm)
+    assert voice.reporter_of(e.value) == 0
 
 
 @pytest.mark.parametrize('kind', ['serial', 'multiprocess'])
@@ -238,7 +242,9 @@ def test_synchronized_serialize_resume():
 def test_synchronized_mismatch():
     if SIZE == 1:
         return
-    with pytest.raises(ValueError, match='length'):
+    with pytest.raises(ValueError, match='length') as e:
         create_synchronized_iterator(SerialIterator(list(range(10 + RANK)), 2), comm)
-    with pytest.raises(ValueError, match='shuffl'):
+    assert voice.reporter_of(e.value) == 0   # raised together: rank 0 reports it, once
+    with pytest.raises(ValueError, match='shuffl') as e:
         create_synchronized_iterator(SerialIterator(list(range(10)), 2, shuffle=RANK == 0), comm)
+    assert voice.reporter_of(e.value) == 0

@@ -10,6 +10,7 @@ from chainer.datasets import DictDataset, SubDataset, TupleDataset
 from mpi4py import MPI
 
 import chainermn_comm
+from chainermn_comm import voice
 import chainermn_data
 from chainermn_data import _scatter
 from chainermn_data.datasets import create_empty_dataset
@@ -206,13 +207,17 @@ def test_getitem_error_everywhere():
 
 
 def test_root_none_and_bad_root():
-    with pytest.raises(ValueError, match='dataset=None'):
+    # Every rank raises each together, after one exchange: rank 0 reports it, once.
+    with pytest.raises(ValueError, match='dataset=None') as e:
         chainermn_data.scatter_dataset(None, comm)
-    with pytest.raises(ValueError, match='root'):
+    assert voice.reporter_of(e.value) == 0
+    with pytest.raises(ValueError, match='root') as e:
         chainermn_data.scatter_dataset([1], comm, root=SIZE)
+    assert voice.reporter_of(e.value) == 0
     if SIZE > 1:
-        with pytest.raises(ValueError, match='same root'):
+        with pytest.raises(ValueError, match='same root') as e:
             chainermn_data.scatter_dataset([1, 2], comm, root=RANK)
+        assert voice.reporter_of(e.value) == 0
 
 
 def test_bad_seed_everywhere():

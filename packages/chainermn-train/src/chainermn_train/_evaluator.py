@@ -14,7 +14,7 @@ import types
 import numpy
 
 from chainermn_comm import trace
-from chainermn_train import _fingerprint
+from chainermn_train import _fingerprint, _trainer_run
 
 __all__ = ['create_multi_node_evaluator']
 
@@ -129,6 +129,7 @@ def create_multi_node_evaluator(actual_evaluator, communicator):
     Returns:
         The patched ``actual_evaluator``.
     """
+    _trainer_run.install()
     if getattr(actual_evaluator, '_mn_communicator', None) is not None:
         raise ValueError('this evaluator is already a multi-node evaluator; patch it only once')
     actual_evaluator._mn_communicator = communicator

@@ -3,14 +3,15 @@
 When the multi-node evaluator or the checkpointer runs, every rank sums each parameter (and its
 squares) in float64 and the ranks allgather these few numbers once; if the ranks hold the same
 parameter names and shapes but different values, :class:`ParameterMismatchWarning` is warned once
-per process, naming the first differing parameter and the likely cause.  Ranks that hold
-different parameters (model parallelism) are not compared.
+per process (every rank warns, rank 0 shows it), naming the first differing parameter and the
+likely cause.  Ranks that hold different parameters (model parallelism) are not compared.
 """
 
-import warnings
 import zlib
 
 import numpy
+
+from chainermn_comm import voice
 
 from chainermn_train import _params
 
@@ -74,9 +75,11 @@ def check_same_parameters(comm, link, who):
         return None
     index, per_rank = diff
     name = sig[index][0]
-    if not _warned and comm.rank == 0:
+    if not _warned:
         _warned = True
-        warnings.warn(
+        # Every rank warns (the filters act alike everywhere: 'error' raises on every rank); rank
+        # 0 shows it.
+        voice.warn_all(
             'the {} ranks hold different values of the same model: parameter {} first differs '
             '(sum, sum of squares per rank: {}), found by {}. Likely cause: the optimizer is not a '
             'multi-node optimizer (wrap it with chainermn.create_multi_node_optimizer(optimizer, '
@@ -84,7 +87,7 @@ def check_same_parameters(comm, link, who):
             'only (e.g. a snapshot loaded on one rank). This warning is shown once per '
             'process.'.format(comm.size, name, ', '.join(
                 'rank {}: ({:.6g}, {:.6g})'.format(r, *v) for r, v in sorted(per_rank.items())), who),
-            ParameterMismatchWarning, stacklevel=3)
+            ParameterMismatchWarning, comm.rank, stacklevel=3)
     return name
 
 

@@ -1,7 +1,7 @@
 """create_multi_node_optimizer: a Chainer optimizer whose updates use gradients averaged over ranks."""
 
-from chainermn_comm import trace
-from chainermn_train import _finite, _params
+from chainermn_comm import trace, voice
+from chainermn_train import _finite, _params, _trainer_run
 
 __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 
@@ -215,7 +215,7 @@ class MultiNodeOptimizer:
         sizes = comm.allgather_obj(size)
         known = {s for s in sizes if s is not None}
         if len(known) > 1:
-            raise ValueError(
+            raise voice.agreed(ValueError(
                 'rank {}: the ranks of the multi-node optimizer\'s communicator feed batches of '
                 'different sizes to its first update ({}). Every rank averages its gradient with '
                 'equal weight and the ranks reach epoch boundaries at different iterations (their '
@@ -223,7 +223,7 @@ class MultiNodeOptimizer:
                 'iterator the same batch_size (the global batch is batch_size x {} ranks) and '
                 'scatter the dataset with chainermn.scatter_dataset'.format(
                     comm.rank, ', '.join('rank {}: {}'.format(r, s) for r, s in enumerate(sizes)),
-                    comm.size))
+                    comm.size)), comm)   # the same on every rank: rank 0 reports it
 
     def _mn_bcast_params(self):
         target = self.actual_optimizer.target
@@ -281,5 +281,6 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     Returns:
         A :class:`MultiNodeOptimizer` that behaves like ``actual_optimizer``.
     """
+    _trainer_run.install()
     return MultiNodeOptimizer(actual_optimizer, communicator, double_buffering=double_buffering,
                               zero_fill=zero_fill, overlap=overlap, check_finite=check_finite)

@@ -138,7 +138,7 @@ def test_checkpointer_save_load_gc_and_fallback():
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
         assert cp2.maybe_load(fresh) == 3
-    assert any(issubclass(x.category, CheckpointWarning) for x in w) or comm.rank not in (0, last)
+    assert any(issubclass(x.category, CheckpointWarning) for x in w) == (comm.rank == 0)   # once, rank 0
     assert all(numpy.all(p.array == 3 + comm.rank) for p in fresh.params())
 
     # a rank without any file: every rank takes the newest generation from rank 0's file
@@ -190,6 +190,9 @@ def test_trainer_rank0_reports_and_checkpoint_cleanup():
     trainer.run()
     assert cp.get_stats()['saves'] == 3
     assert cp.local_iterations() == []   # removed after the normal end
+    comm.mpi_comm.Barrier()   # every rank finished: the last one removed the folder it made
+    assert not os.path.exists(os.path.join(out, 'cp')), os.listdir(os.path.join(out, 'cp'))
+    assert os.path.isdir(out)   # the trainer's folder, made before: kept
     log = os.path.join(out, 'log')
     if comm.rank == 0:
         import json
@@ -221,10 +224,23 @@ def test_checkpoint_kept_after_failure_and_resumed():
     trainer2.run()
     assert trainer2.updater.iteration == 8
     assert cp2.local_iterations() == []
+    comm.mpi_comm.Barrier()   # the folder the failed run made is removed by the run that completed
+    assert not os.path.exists(cpdir)
     ref, ref_model = _trainer(comm, os.path.join(out, 'ref'), stop=8, log=False)
     ref.run()
     for (n1, p1), (n2, p2) in zip(sorted(model2.namedparams()), sorted(ref_model.namedparams())):
         assert numpy.array_equal(p1.array, p2.array), n1
+
+
+def test_a_folder_the_checkpointer_did_not_make_stays():
+    comm = _common.comm()
+    out = _shared_tmpdir(comm)   # made before the checkpointer, as a user would
+    trainer, _ = _trainer(comm, out, stop=4, log=False)
+    cp = chainermn_train.create_multi_node_checkpointer('kept', comm, path=out)
+    trainer.extend(cp, trigger=(2, 'iteration'))
+    trainer.run()
+    comm.mpi_comm.Barrier()
+    assert os.path.isdir(out) and not [n for n in os.listdir(out) if n.startswith(('kept.', '.kept.'))]
 
 
 class Running(chainer.Link):

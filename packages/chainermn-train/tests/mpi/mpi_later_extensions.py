@@ -6,6 +6,7 @@ ObservationAggregator, MultiNodeEarlyStoppingTrigger, GenericMultiNodeEvaluator,
 import os
 import shutil
 import tempfile
+import warnings
 
 import chainer
 import numpy
@@ -218,10 +219,19 @@ def test_early_stopping_max_trigger_and_missing_key_on_some_ranks(comm):
     got, trigger = _stop_iteration(comm, values, check_trigger=(1, 'iteration'), patience=1,
                                    max_trigger=(7, 'iteration'))
     assert got == 7 and trigger.best == pytest.approx(4.0)  # iteration 7 stops before its check
-    with pytest.warns(UserWarning, match='main/loss'):
+    # No rank observes it: every rank warns (the filters act alike), rank 0 alone shows it.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
         got, _ = _stop_iteration(comm, lambda i: {}, check_trigger=(1, 'iteration'),
                                  max_trigger=(3, 'iteration'))
     assert got == 3
+    shown = [str(w.message) for w in caught if 'main/loss' in str(w.message)]
+    assert len(shown) == (2 if comm.rank == 0 else 0), shown   # checks at iterations 1 and 2
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')   # raises on every rank at the same check
+        with pytest.raises(UserWarning, match='main/loss is not in the observation of any rank'):
+            _stop_iteration(comm, lambda i: {}, check_trigger=(1, 'iteration'),
+                            max_trigger=(3, 'iteration'))
 
 
 def test_early_stopping_rejects_bad_arguments(comm):

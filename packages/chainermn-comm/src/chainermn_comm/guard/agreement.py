@@ -20,6 +20,7 @@ import array
 import operator
 import zlib
 
+from chainermn_comm import voice
 from chainermn_comm._errors import CommunicationError
 from chainermn_comm.guard import straggler
 from chainermn_comm.guard.report import INVALID_INPUT, disagreement_message, resolve
@@ -222,4 +223,6 @@ class Agreement:
         return comm.allgather((name, tuple(resolve(sig)), collective_seq, self.host))
 
     def _raise_from(self, everyone, what):
-        raise CommunicationError(disagreement_message(self.rank, what, everyone))
+        # Every rank raises it, with the same table: rank 0 reports it (chainermn_comm.voice).
+        raise voice.agreed(CommunicationError(disagreement_message(self.rank, what, everyone)),
+                           self.mpi_comm)

@@ -11,6 +11,7 @@ ranks, and none twice.  Every rank needs the whole dataset (e.g. a list of file 
 
 import numpy
 from chainer.dataset import iterator as iterator_module
+from chainermn_comm import voice
 
 from chainermn_data._comm import guarded, mpi_comm_of
 
@@ -139,11 +140,13 @@ def create_elastic_iterator(dataset, batch_size, comm, shuffle=True, seed=None, 
                    for r, e in enumerate(everyone)]
             bad.insert(0, 'every rank must pass the same dataset length, batch_size and shuffle')
     if bad:
-        raise ValueError('rank {}: create_elastic_iterator got invalid arguments: {}'.format(
-            rank, '; '.join(bad)))
+        raise voice.agreed(ValueError('rank {}: create_elastic_iterator got invalid arguments: {}'.format(
+            rank, '; '.join(bad))), mpi)
     seeds = {e[4] for e in everyone if e[4] is not None}
     if len(seeds) > 1:
-        raise ValueError('rank {}: create_elastic_iterator needs the same seed on every rank (or None '
-                         'on all but rank 0); got {}'.format(
-                             rank, ', '.join('rank {}: {}'.format(r, e[4]) for r, e in enumerate(everyone))))
+        raise voice.agreed(ValueError(
+            'rank {}: create_elastic_iterator needs the same seed on every rank (or None on all but rank '
+            '0); got {}'.format(rank, ', '.join('rank {}: {}'.format(r, e[4])
+                                                for r, e in enumerate(everyone)))),
+            mpi)
     return ElasticIterator(dataset, batch_size, rank, size, shuffle, everyone[0][4], repeat=repeat)

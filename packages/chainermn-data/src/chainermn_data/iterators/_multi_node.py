@@ -2,6 +2,7 @@
 
 import chainer
 from chainer.serializer import Deserializer
+from chainermn_comm import voice
 
 from chainermn_data._comm import describe, guarded, mpi_comm_of
 from chainermn_data.iterators import _records
@@ -46,10 +47,11 @@ class MultiNodeIterator(chainer.dataset.Iterator):
             everyone = self._work.allgather(mine)
         bad = [(r, e[2]) for r, e in enumerate(everyone) if e[2] is not None]
         if bad:
-            raise ValueError('rank {}: create_multi_node_iterator got invalid arguments: {}'.format(
-                self.rank, '; '.join('rank {}: {}'.format(r, p) for r, p in bad)))
+            raise voice.agreed(ValueError(
+                'rank {}: create_multi_node_iterator got invalid arguments: {}'.format(
+                    self.rank, '; '.join('rank {}: {}'.format(r, p) for r, p in bad))), mpi)
         _require_same_calls(
-            everyone, self.rank, 'while creating a multi-node iterator', '{}(rank_master={})',
+            mpi, everyone, self.rank, 'while creating a multi-node iterator', '{}(rank_master={})',
             'Every rank must call create_multi_node_iterator(..., rank_master=M) together with the same M.')
         self._pkl = pkl5.Intracomm(self._work)
         self._seq = 0
@@ -68,7 +70,7 @@ class MultiNodeIterator(chainer.dataset.Iterator):
         with guarded(self._communicator, 'multi_node_iterator'):
             everyone = self._pkl.allgather(mine)
         _require_same_calls(
-            everyone, self.rank, 'on the multi-node iterator call', '{} (call #{})',
+            self._work, everyone, self.rank, 'on the multi-node iterator call', '{} (call #{})',
             'Every rank must call next/reset/serialize of its multi-node iterator together and in the '
             'same order.')
         return everyone[self.rank_master][2]
@@ -151,10 +153,13 @@ def create_multi_node_iterator(actual_iterator, communicator, rank_master=0):
     return MultiNodeIterator(actual_iterator, communicator, rank_master)
 
 
-def _require_same_calls(everyone, rank, where, call_fmt, rule):
-    """Raise IteratorMismatchError unless every rank's (call, detail) pair in ``everyone`` is the same."""
+def _require_same_calls(mpi, everyone, rank, where, call_fmt, rule):
+    """Raise IteratorMismatchError unless every rank's (call, detail) pair in ``everyone`` is the same.
+
+    Every rank of ``mpi`` raises it together: its rank 0 reports it (:mod:`chainermn_comm.voice`).
+    """
     calls = [e[:2] for e in everyone]
     if any(c != calls[0] for c in calls):
-        raise IteratorMismatchError('rank {}: ranks disagree {}: {}. {}'.format(
+        raise voice.agreed(IteratorMismatchError('rank {}: ranks disagree {}: {}. {}'.format(
             rank, where, '; '.join('rank {}: {}'.format(r, call_fmt.format(*c)) for r, c in enumerate(calls)),
-            rule))
+            rule)), mpi)

@@ -2,6 +2,7 @@
 
 import numpy
 from chainer.iterators import ShuffleOrderSampler
+from chainermn_comm import voice
 
 from chainermn_data._comm import describe, guarded, mpi_comm_of
 from chainermn_data.iterators._errors import IteratorMismatchError
@@ -48,18 +49,18 @@ def create_synchronized_iterator(actual_iterator, communicator):
     with guarded(communicator, 'create_synchronized_iterator'):
         everyone = mpi.allgather(('create_synchronized_iterator', problem, facts, seed))
     if any(e[0] != 'create_synchronized_iterator' for e in everyone):
-        raise IteratorMismatchError('rank {}: ranks disagree: {}'.format(
-            rank, '; '.join('rank {}: {}'.format(r, e[0]) for r, e in enumerate(everyone))))
+        raise voice.agreed(IteratorMismatchError('rank {}: ranks disagree: {}'.format(
+            rank, '; '.join('rank {}: {}'.format(r, e[0]) for r, e in enumerate(everyone)))), mpi)
     bad = [(r, e[1]) for r, e in enumerate(everyone) if e[1] is not None]
     if bad:
-        raise ValueError('rank {}: create_synchronized_iterator: {}'.format(
-            rank, '; '.join('rank {}: {}'.format(r, p) for r, p in bad)))
+        raise voice.agreed(ValueError('rank {}: create_synchronized_iterator: {}'.format(
+            rank, '; '.join('rank {}: {}'.format(r, p) for r, p in bad))), mpi)
     if any(e[2] != everyone[0][2] for e in everyone):
-        raise ValueError(
+        raise voice.agreed(ValueError(
             'rank {}: create_synchronized_iterator needs the same dataset length, batch_size, repeat and '
             'shuffling on every rank; got {}'.format(rank, '; '.join(
                 'rank {}: {}'.format(r, ', '.join('{}={}'.format(k, v) for k, v in e[2]))
-                for r, e in enumerate(everyone))))
+                for r, e in enumerate(everyone)))), mpi)
     if dict(facts)['order'] == 'shuffle':
         sampler = ShuffleOrderSampler(numpy.random.RandomState(everyone[0][3]))
         actual_iterator.order_sampler = sampler

@@ -47,12 +47,12 @@ import warnings
 import chainer
 import numpy
 
-from chainermn_comm import safe_files, trace
+from chainermn_comm import safe_files, trace, voice
 from chainermn_comm.engine import fail_together
 
-from chainermn_train import _fingerprint
-from chainermn_train.checkpoint import (_generations, _launch_status, _lineage, _load, _owner, _policy,
-                                        _resize, _safe_npz, _writer)
+from chainermn_train import _fingerprint, _trainer_run
+from chainermn_train.checkpoint import (_generations, _launch_status, _lineage, _load, _made, _owner,
+                                        _policy, _resize, _safe_npz, _shards, _writer)
 from chainermn_train.checkpoint._policy import (ALLOW_PICKLE_ENV, START_FRESH_ENV, CheckpointInUseError,
                                                 CheckpointWarning, SnapshotUnusableError,
                                                 UnsafeCheckpointError)
@@ -125,6 +125,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._failed = False
         self._trainer = None
         self._launch_status = _launch_status.LaunchStatus(comm)
+        _trainer_run.install()
         self._stats = {'saves': 0, 'save_seconds': 0.0, 'bytes_saved': 0, 'loads': 0,
                        'load_seconds': 0.0, 'loaded_iteration': None, 'last_saved_iteration': None,
                        'skipped_unreadable': 0, 'refused_pickle': 0, 'files_removed': 0}
@@ -137,13 +138,18 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     # -- the directory and who writes it ----------------------------------------------
     def _directory_problem(self):
         try:
-            safe_files.make_directory(self.path, 'checkpoint directory', self.allow_shared)
+            made = safe_files.make_directory(self.path, 'checkpoint directory', self.allow_shared)
         except OSError as e:   # UntrustedPathError among them
             return e
+        if made:   # a completed run removes them again when they are empty (_made)
+            _made.record(self.path, self.name, self.comm.rank, made, self.allow_shared)
         return None
 
-    def _claim(self):
-        """Claim this rank's owner record; return the problem (an exception) or None."""
+    def _claim(self, taken_out=None):
+        """Claim this rank's owner record; return the problem (an exception) or None.
+
+        The dead jobs whose records were taken over are warned about, or added to ``taken_out``.
+        """
         try:
             conflict, taken = _owner.claim(self.path, self.name, self.comm.rank, self._token,
                                            self._started, self._members, self.allow_shared)
@@ -151,7 +157,9 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             return e
         if conflict is not None:
             return CheckpointInUseError('chainermn checkpoint: ' + conflict)
-        if taken:
+        if taken and taken_out is not None:
+            taken_out.extend(taken)
+        elif taken:
             warnings.warn('rank {}: took over the snapshots {!r} in {} from job(s) that are gone: {}'
                           .format(self.comm.rank, self.name, self.path, '; '.join(taken)),
                           CheckpointWarning, stacklevel=4)
@@ -164,13 +172,18 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._token, self._started = views[0][:2]
         self._members = [v[2] for v in views]   # this job's processes: their records are ours
         self.run_id = self._token
-        problem = self._claim()
+        taken = []
+        problem = self._claim(taken)
         try:
             _policy.agree(self.comm, problem)
         except BaseException:
             if problem is None:   # this rank's claim stands, but the job does not start
                 self._release()
             raise
+        taken = [t for ts in self.comm.allgather_obj(taken) for t in ts]
+        if taken:   # one warning for the job (every rank warns, rank 0 shows it)
+            voice.warn_all('took over the snapshots {!r} in {} from job(s) that are gone: {}'.format(
+                self.name, self.path, '; '.join(taken)), CheckpointWarning, self.comm.rank, stacklevel=4)
 
     def _readiness_problem(self):
         """Return why this rank cannot write now (the directory, or this job's claim on it), or None."""
@@ -263,6 +276,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         meta = _resize.generation_meta(obj, self.comm, iteration)
         meta[_lineage.RUN_KEY] = self.run_id
         meta.update(_lineage.optimizer_meta(obj))
+        meta.update(_shards.meta())
         size = _writer.write_atomically(final, lambda f: _safe_npz.write(f, obj, meta))
         self._counter = iteration
         st = self._stats
@@ -366,10 +380,17 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return trainer.updater.epoch_detail >= period
 
     def finalize(self):
-        """Remove this rank's snapshots when the training run completed without an error; let go of the directory."""
-        if self._completed():
+        """Remove this rank's snapshots when the training run completed without an error; let go of the directory.
+
+        After a completed run, the last rank to finish also removes the directories that the
+        checkpointer made, when they are empty (``_made``).
+        """
+        completed = self._completed()
+        if completed:
             self.cleanup()
         self._release()
+        if completed:
+            _made.remove_if_empty(self.path, self.name, self.allow_shared)
 
     def cleanup(self):
         """Remove this rank's snapshot files of this run (rank 0: also ranks this job lacks).

@@ -8,14 +8,13 @@ iterators move to the same epoch and fraction of their new shard (see ``_resize`
 
 import io
 import time
-import warnings
 
 import chainer
 import numpy
-from chainermn_comm import safe_files
+from chainermn_comm import safe_files, voice
 from chainermn_comm.log import get_logger
 
-from chainermn_train.checkpoint import _generations, _lineage, _resize, _safe_npz
+from chainermn_train.checkpoint import _generations, _lineage, _resize, _safe_npz, _shards
 from chainermn_train.checkpoint import _policy as policy
 
 __all__ = ['load', 'read_own']
@@ -83,16 +82,15 @@ def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, reje
         if refused_here:
             ckpt._stats['refused_pickle'] += 1
             refused += refused_here
-        if problem is not None or ckpt.comm.rank == 0:
-            warnings.warn(
-                'rank {}: cannot use the snapshots of iteration {} ({}); falling back to an '
-                'older common iteration{}'.format(
-                    ckpt.comm.rank, it, '; '.join(
-                        'rank {} {}: {}'.format(r, ckpt.filename(it, r),
-                                                'refused: ' + why if kind == 'refused' else why)
-                        for r, kind, why in bad),
-                    ' ({})'.format(policy.OPT_IN_HINT) if refused_here else ''),
-                policy.CheckpointWarning, stacklevel=4)
+        # The same text on every rank (all saw ``problems``): every rank warns, rank 0 shows it.
+        voice.warn_all(
+            'cannot use the snapshots of iteration {} ({}); falling back to an older common '
+            'iteration{}'.format(
+                it, '; '.join('rank {} {}: {}'.format(r, ckpt.filename(it, r),
+                                                      'refused: ' + why if kind == 'refused' else why)
+                              for r, kind, why in bad),
+                ' ({})'.format(policy.OPT_IN_HINT) if refused_here else ''),
+            policy.CheckpointWarning, ckpt.comm.rank, stacklevel=4)
     return None, None, refused
 
 
@@ -186,10 +184,9 @@ def _unusable(ckpt, gens, rejected, refused, fresh_ok):
     rank, size = ckpt.comm.rank, ckpt.comm.size
     text = _generations.summary(gens, rejected)
     if fresh_ok:
-        if rank == 0:
-            warnings.warn('no snapshot generation of {!r} in {} can be used; starting from '
-                          'iteration 0 as asked (start_fresh). {}'.format(
-                              ckpt.name, ckpt.path, text), policy.CheckpointWarning, stacklevel=4)
+        voice.warn_all('no snapshot generation of {!r} in {} can be used; starting from '
+                       'iteration 0 as asked (start_fresh). {}'.format(ckpt.name, ckpt.path, text),
+                       policy.CheckpointWarning, rank, stacklevel=4)
         return None
     if refused:
         raise policy.UnsafeCheckpointError(
@@ -275,12 +272,13 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
         return _unusable(ckpt, gens, rejected, refused, fresh_ok)
     _deserialize(trainer, values, models if weights_only else None, rank, it)
     skipped = sorted((g for g in gens if g > it and rejected.get(g)), reverse=True)
-    if skipped and rank == 0:
-        warnings.warn('rank 0: loading generation {} of {!r}; newer ones were refused: {}'.format(
+    if skipped:
+        voice.warn_all('loading generation {} of {!r}; newer ones were refused: {}'.format(
             it, ckpt.name, ' | '.join('iteration {}: {}'.format(g, '; '.join(rejected[g]))
-                                      for g in skipped)), policy.CheckpointWarning, stacklevel=4)
+                                      for g in skipped)), policy.CheckpointWarning, rank, stacklevel=4)
     runs = {_lineage.run_of(m) for fl in gens[it].values() for _, m in fl if isinstance(m, dict)}
     if not weights_only:
+        _shards.check(gens[it], rank, ckpt.name)   # every rank sees the same metadata
         if optimizer is not None and hasattr(optimizer, '_mn_mark_synced'):
             optimizer._mn_mark_synced()
         ckpt._counter = it

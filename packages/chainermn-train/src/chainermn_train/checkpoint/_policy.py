@@ -8,7 +8,7 @@ opts in to shared ones).
 
 import warnings
 
-from chainermn_comm import protocol, settings
+from chainermn_comm import protocol, settings, voice
 from chainermn_comm.safe_files import UntrustedPathError
 
 __all__ = ['CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError',
@@ -94,7 +94,7 @@ def agree(comm, problem):
     if len(bad) > 1:
         others = ' (rank(s) {} failed likewise)'.format(','.join(str(r) for r, _ in bad[1:]))
     message = 'rank {}: {}{}'.format(first, text, others)
-    error = cls(message)
+    error = voice.agreed(cls(message), comm)   # the same on every rank: rank 0 reports it
     if problem is not None and first == comm.rank:
         raise error from problem
     raise error

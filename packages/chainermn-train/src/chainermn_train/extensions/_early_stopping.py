@@ -1,10 +1,10 @@
 """MultiNodeEarlyStoppingTrigger: early stopping decided on every rank from the mean over ranks."""
 
 import operator
-import warnings
 
 import numpy
 from chainer.training import util as trigger_util
+from chainermn_comm import voice
 from chainermn_comm.log import get_logger
 
 from chainermn_train.extensions._host import to_host
@@ -60,8 +60,8 @@ class MultiNodeEarlyStoppingTrigger:
         self._sum, self._n = 0.0, 0
         total, ranks = self.comm.allreduce_obj(local)
         if not ranks:
-            warnings.warn('{} is not in the observation of any rank; early stopping cannot '
-                          'decide'.format(self.monitor))
+            voice.warn_all('{} is not in the observation of any rank; early stopping cannot '
+                           'decide'.format(self.monitor), UserWarning, self.comm.rank, stacklevel=2)
             return False
         current = total / ranks
         if self._compare(current, self.best):

@@ -1,0 +1,252 @@
+"""One voice for a job of N ranks: a warning every rank gives is shown once, an error every rank
+raises together is reported once.
+
+Warnings.  :func:`warn_all` is called on every rank with the same warning: the warnings filters act
+on every rank alike (``'error'`` raises on every rank at the same point, ``'ignore'`` silences it
+everywhere), and only rank 0 shows it.  :func:`together` runs a check on every rank of a
+communicator (``create_communicator``'s settings and name): the warnings it gives are gathered and
+rank 0 shows each one once, naming the ranks when not every rank gave it; an error on any rank
+is raised on every rank.
+
+Errors.  :func:`agreed` marks an exception that every rank of a communicator raises at the same
+point after an exchange told every rank the same thing (ranks that disagree, one rank's invalid
+input, different batch sizes, settings).  When it is not caught, the communicator's rank 0
+prints the report (traceback and message, with the per-rank table where the message has one)
+and every other rank prints one line that points at it (:func:`report_uncaught`: from the first
+communicator on through ``sys.excepthook`` (:func:`install`), and through
+:mod:`chainermn_comm.global_except_hook`).  An error of one rank is printed as Python prints it,
+once: an exception whose report a Chainer ``Trainer`` already printed (``chainermn_train`` marks
+it with :func:`mark_shown`) is not printed again.
+"""
+
+import builtins
+import sys
+import traceback
+import warnings
+
+from chainermn_comm.log import get_logger, rank_and_host
+
+__all__ = ['AGREED_ATTR', 'SHOWN_ATTR', 'warn_all', 'together', 'agreed', 'reporter_of', 'mark_shown',
+           'decide', 'pointer_line', 'report_uncaught', 'early_report', 'install', 'world_rank']
+
+#: Attribute of an exception raised together: the ``MPI.COMM_WORLD`` rank that reports it.
+AGREED_ATTR = 'chainermn_agreed'
+#: Attribute of an exception whose report was printed already (by the Trainer's early report).
+SHOWN_ATTR = 'chainermn_shown'
+
+_log = get_logger('error')
+_hook = {'previous': None}
+
+
+def world_rank():
+    """Return this process's rank in ``MPI.COMM_WORLD`` (or the launcher's rank variable), as an int or None."""
+    rank = rank_and_host()[0]
+    try:
+        return int(rank)
+    except (TypeError, ValueError):
+        return None
+
+
+# -- warnings ---------------------------------------------------------------------------------
+def warn_all(message, category=UserWarning, rank=0, stacklevel=1):
+    """Warn on every rank (the filters act alike everywhere); show it on ``rank`` 0 only.
+
+    Call it on every rank with the same warning.  On the other ranks the warning goes through
+    the filters (so ``'error'`` raises there too) and is then dropped instead of shown.
+    """
+    if rank == 0:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+        return
+    with warnings.catch_warnings(record=True):   # filters unchanged: only the display is dropped
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
+def _category_key(category):
+    return getattr(category, '__module__', ''), getattr(category, '__qualname__', str(category))
+
+
+def _category_of(key):
+    module, name = key
+    cls = getattr(sys.modules.get(module), name, None) if '.' not in name else None
+    return cls if isinstance(cls, type) and issubclass(cls, Warning) else UserWarning
+
+
+def _show_once(mine, everyone):
+    """On rank 0: show each warning of ``everyone`` once, naming the ranks when not all gave it."""
+    size = len(everyone)
+    own = {(_category_key(w.category), str(w.message)): w for w in mine}
+    seen = {}
+    for r, (ws, _) in enumerate(everyone):
+        for key, text, filename, lineno in ws:
+            seen.setdefault((key, text), [filename, lineno, []])[2].append(r)
+    for (key, text), (filename, lineno, ranks) in seen.items():
+        suffix = '' if len(ranks) == size else ' ({} {})'.format(
+            'rank' if len(ranks) == 1 else 'ranks', ', '.join(str(r) for r in ranks))
+        w = own.get((key, text))
+        if w is not None:
+            warnings.showwarning(text + suffix, w.category, w.filename, w.lineno, w.file, w.line)
+        else:
+            warnings.showwarning(text + suffix, _category_of(key), filename, lineno)
+
+
+def _error_class(name, own):
+    if own is not None and type(own).__name__ == name:
+        return type(own)
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, Warning):
+        return cls
+    from chainermn_comm._errors import CommunicationError
+    return CommunicationError
+
+
+def together(mpi_comm, fn, what):
+    """Run ``fn()`` on every rank of ``mpi_comm``; show its warnings once; raise its errors everywhere.
+
+    Collective (one ``allgather`` of each rank's warnings and error).  Returns ``fn()``'s result.
+    When every rank raised the same error, each raises its own, marked :func:`agreed`; otherwise
+    every rank raises one error (the first failing rank's class when it is a built-in one, else
+    ``CommunicationError``) naming each failing rank and what it raised.
+    """
+    error, result = None, None
+    with warnings.catch_warnings(record=True) as caught:   # the user's filters still apply
+        try:
+            result = fn()
+        except Exception as e:   # warnings turned into errors among them
+            error = e
+    mine = ([(_category_key(w.category), str(w.message), w.filename, w.lineno) for w in caught],
+            None if error is None else (type(error).__name__, str(error)))
+    everyone = mpi_comm.allgather(mine)
+    rank = mpi_comm.Get_rank()
+    if rank == 0:
+        _show_once(caught, everyone)
+    failed = [(r, e[1]) for r, e in enumerate(everyone) if e[1] is not None]
+    if not failed:
+        return result
+    if len(failed) == len(everyone) and len({f for _, f in failed}) == 1:
+        raise agreed(error, mpi_comm)
+    listed = '; '.join('rank {}: {}: {}'.format(r, name, text) for r, (name, text) in failed)
+    names = {name for _, (name, _) in failed}
+    text = 'rank {}: {} failed on {} of {} rank(s), so it fails on every rank. {}'.format(
+        rank, what, len(failed), len(everyone), listed)
+    try:
+        new = _error_class(failed[0][1][0] if len(names) == 1 else 'RuntimeError', error)(text)
+    except Exception:   # a class that does not take one message
+        from chainermn_comm._errors import CommunicationError
+        new = CommunicationError(text)
+    agreed(new, mpi_comm)
+    if error is not None:
+        raise new from error
+    raise new from None
+
+
+# -- errors -----------------------------------------------------------------------------------
+def _world_rank_of_root(comm):
+    """Return the ``MPI.COMM_WORLD`` rank of rank 0 of ``comm`` (a ChainerMN or mpi4py communicator)."""
+    mpi = getattr(comm, 'mpi_comm', comm)
+    if mpi is None:
+        return 0
+    try:
+        from mpi4py import MPI
+        mine, world = mpi.Get_group(), MPI.COMM_WORLD.Get_group()
+        try:
+            rank = MPI.Group.Translate_ranks(mine, [0], world)[0]
+        finally:
+            mine.Free()
+            world.Free()
+        return 0 if rank == MPI.UNDEFINED else int(rank)
+    except Exception:
+        return 0
+
+
+def agreed(error, comm=None):
+    """Mark ``error`` as raised by every rank of ``comm`` together (rank 0 reports it); return it."""
+    try:
+        setattr(error, AGREED_ATTR, _world_rank_of_root(comm))
+    except AttributeError:   # an exception class with __slots__: reported on every rank
+        pass
+    return error
+
+
+def reporter_of(exc):
+    """Return the ``MPI.COMM_WORLD`` rank that reports ``exc`` when every rank raised it together, else None."""
+    return getattr(exc, AGREED_ATTR, None)
+
+
+def mark_shown(exc):
+    """Note that ``exc`` was reported already (so that it is not printed again when uncaught)."""
+    try:
+        setattr(exc, SHOWN_ATTR, True)
+    except AttributeError:
+        pass
+
+
+def decide(exc):
+    """Return how this rank prints ``exc``: 'report' (in full), 'pointer' (one line) or 'shown' (nothing)."""
+    if getattr(exc, SHOWN_ATTR, False):
+        return 'shown'
+    reporter = reporter_of(exc)
+    if reporter is not None and reporter != world_rank():
+        return 'pointer'
+    return 'report'
+
+
+def pointer_line(exc, where=''):
+    """Return the one line of a rank whose error every rank raised together and another rank reports."""
+    return '{}{}, raised by every rank together: rank {} reports it'.format(
+        type(exc).__name__, where, reporter_of(exc))
+
+
+def report_uncaught(exc_type, exc, tb, fallback):
+    """Print an uncaught exception the job's way (``fallback(exc_type, exc, tb)`` prints in full); return :func:`decide`'s answer."""
+    how = decide(exc)
+    if how == 'report' and fallback is sys.__excepthook__:
+        _write(''.join(traceback.format_exception(exc_type, exc, tb)))
+    elif how == 'report':
+        fallback(exc_type, exc, tb)
+    elif how == 'pointer':
+        _log.error('%s', pointer_line(exc))
+    return how
+
+
+def early_report(exc, tb, out=None):
+    """Print what a Chainer ``Trainer`` prints when its loop raises, the job's way; mark ``exc`` shown.
+
+    Rank 0 (and any rank whose error is its own) prints Chainer's report with the exception's
+    type added; the other ranks of an error raised together print one line.
+    """
+    if decide(exc) == 'pointer':
+        _log.error('%s', pointer_line(exc, ' in the main training loop'))
+    else:
+        _write('Exception in main training loop: {}: {}\nTraceback (most recent call last):\n{}'
+               'Will finalize trainer extensions and updater before reraising the exception.\n'.format(
+                   type(exc).__name__, exc, ''.join(traceback.format_tb(tb))), out)
+    mark_shown(exc)
+
+
+def _write(text, out=None):
+    """Write a report with one call (lines of other ranks then land before or after it, not inside)."""
+    out = sys.stderr if out is None else out
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    out.write(text)
+    out.flush()
+
+
+def _excepthook(exc_type, exc, tb):
+    report_uncaught(exc_type, exc, tb, _hook['previous'])
+
+
+_excepthook.chainermn_reports = True
+
+
+def install():
+    """Print uncaught exceptions the job's way from now on (wraps ``sys.excepthook`` once; no abort).
+
+    Does nothing under :mod:`chainermn_comm.global_except_hook`, which does the same and aborts.
+    """
+    if _hook['previous'] is not None or getattr(sys.excepthook, 'chainermn_reports', False):
+        return
+    _hook['previous'] = sys.excepthook
+    sys.excepthook = _excepthook
