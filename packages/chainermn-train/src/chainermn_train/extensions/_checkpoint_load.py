@@ -113,7 +113,8 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local):
     rank = ckpt.comm.rank
     refused = []
     for it in sorted(gens, reverse=True):
-        for r, q, meta in _donors(ckpt, it, gens[it], rejected, refused):
+        donors = _donors(ckpt, it, gens[it], rejected, refused)
+        for r, q, meta in donors:
             problem, data = None, None
             if rank == q:
                 try:
@@ -156,6 +157,9 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local):
                 if any(p is not None and p[0] == 'mismatch' for p in problems):
                     break   # every file of a generation holds the same shared state
                 continue
+            _resize.average_rank_state(   # e.g. PowerSGD's error memories: their mean on every rank
+                ckpt.comm, [(d[0], d[1]) for d in donors], values,
+                lambda old: _safe_npz.read(ckpt.filename(it, old), allow_pickle=allowed)[0])
             mode = 'resharded from {} (world size {}, {} rank(s) per node)'.format(
                 ckpt.filename(it, r), meta['world_size'], meta.get('ranks_per_node', '?'))
             return it, values, refused, mode
