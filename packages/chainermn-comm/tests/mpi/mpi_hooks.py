@@ -248,3 +248,25 @@ def test_hook_arguments_are_checked():
         hooks.resolve(3)
     with pytest.raises(ValueError, match='allreduce_grad_dtype'):
         hooks.resolve('int8')
+
+
+def test_auto_with_powersgd_tunes_over_the_wires_and_powersgd():
+    comm = chainermn_comm.create_communicator('naive')
+    model = Model()
+    psgd = hooks.PowerSGD(rank=2, start_update=2, min_compression=1.0)
+    auto = hooks.Auto(powersgd=psgd)
+    assert not auto.is_wire and str(auto) == 'auto+powersgd-r2'
+    for seed in range(16):
+        _grads(model, seed)
+        hooks.mean_model(comm, model, auto)
+        _same_everywhere(_snapshot(model))
+    tuner = auto._tuning.tuner
+    assert tuner.calls == 14  # updates 3..16: a warm-up, then the schedule over four hooks
+    if COMM.Get_size() > 1:
+        assert tuner.history and sorted(tuner.history[0][1]['hook']) == [
+            'bfloat16', 'exact', 'float16', 'powersgd-r2']
+    assert auto.choice in auto._wires + [psgd]
+    ser = chainer.serializers.DictionarySerializer()
+    auto.serialize(ser)
+    assert 'powersgd/rank_mean/error' in ser.target and int(ser.target['powersgd/updates']) >= 2
+    comm.finalize()

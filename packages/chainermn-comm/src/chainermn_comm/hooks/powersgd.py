@@ -153,8 +153,8 @@ class PowerSGD(CommHook):
             mean(comm, flats)
         if started is not None:
             nbytes = sum(f.nbytes for f in flats) + sum(g.nbytes for g in exact)
-            trace.record('powersgd ' + which, 'hook', started, trace.now(),
-                         {'bytes': int(nbytes), 'hook': self.name, 'exact_arrays': len(exact)})
+            trace.record('powersgd ' + which, 'comm', started, trace.now(),
+                         {'bytes': int(nbytes), 'hook': self.name, 'hook_wire': True, 'op': 'mean'})
 
     def _plan_for(self, xp, bucket):
         key = (xp.__name__, tuple(bucket.names), tuple((g.shape, g.dtype.str) for g in bucket.grads))

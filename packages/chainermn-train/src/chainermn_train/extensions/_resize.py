@@ -187,9 +187,15 @@ def mismatches(expected, values):
     return None
 
 
-#: Where a communication hook's per-rank state lives in a snapshot (``.../comm_hook/rank_mean/...``,
-#: saved by the multi-node optimizer): on a resize every new rank takes the mean of the old ranks'.
-RANK_MEAN_MARK = '/comm_hook/{}/'.format(RANK_MEAN)
+#: Where a communication hook's state lives in a snapshot (saved by the multi-node optimizer); what
+#: it keeps below a ``rank_mean/`` key there (``.../comm_hook/[...]/rank_mean/...``) is per rank: on
+#: a resize every new rank takes the mean of the old ranks' values.
+RANK_MEAN_MARK = '/comm_hook/'
+
+
+def _rank_mean_key(key):
+    tail = ('/' + key).partition(RANK_MEAN_MARK)[2]
+    return bool(tail) and '/{}/'.format(RANK_MEAN) in '/' + tail
 
 
 def average_rank_state(comm, ranks, values, read):
@@ -200,7 +206,7 @@ def average_rank_state(comm, ranks, values, read):
     have other shapes, is left out of the mean.  Returns the number of files averaged (0: no such
     state, ``values`` unchanged).
     """
-    keys = sorted(k for k in values if RANK_MEAN_MARK in '/' + k)
+    keys = sorted(k for k in values if _rank_mean_key(k))
     if not keys:
         return 0
     shapes = [numpy.shape(values[k]) for k in keys]
