@@ -50,18 +50,21 @@ def initial_q(xp, name, cols, rank, seed, dtype):
 
 
 def orthogonalize(xp, p, eps=0.0):
-    """Make the columns of ``p`` (``rows x rank``) orthonormal in place (modified Gram-Schmidt).
+    """Make the columns of each matrix of ``p`` (``rows x rank``, or ``count x rows x rank``)
+    orthonormal in place (modified Gram-Schmidt).
 
     Computed in float64 with elementwise products and sums; a column that becomes zero (the
-    gradient has a lower rank) stays zero.
+    gradient has a lower rank) stays zero.  Matrices of one shape go in one batch: a few array
+    operations per column, whatever their number.
     """
     a = p.astype(numpy.float64)
-    for j in range(a.shape[1]):
-        col = a[:, j]
+    batch = a if a.ndim == 3 else a[None]
+    for j in range(batch.shape[2]):
+        col = batch[:, :, j]
         for k in range(j):
-            prev = a[:, k]
-            col -= xp.sum(prev * col) * prev
-        norm = xp.sqrt(xp.sum(col * col))
+            prev = batch[:, :, k]
+            col -= xp.sum(prev * col, axis=1, keepdims=True) * prev
+        norm = xp.sqrt(xp.sum(col * col, axis=1, keepdims=True))
         col *= (norm > eps) / xp.maximum(norm, _TINY)  # no host sync on a GPU
     p[...] = a.astype(p.dtype)
     return p

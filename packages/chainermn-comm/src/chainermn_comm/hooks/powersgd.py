@@ -5,9 +5,10 @@ Distributed Optimization" (NeurIPS 2019).  Per update, for every gradient of two
 (reshaped to ``rows x columns``, rows the first axis) whose factors are at least
 ``min_compression`` times smaller than itself:
 
-1. ``M = G + E`` (the rank's gradient plus its error memory ``E``);
+1. ``M = G + E`` (the rank's gradient plus its error memory ``E``, in place in ``E``);
 2. ``P = M Q`` (``Q``: ``columns x rank``, last update's average: warm start), averaged over ranks;
-3. ``P`` orthonormalised (the same bits on every rank: identical input, identical code);
+3. ``P`` orthonormalised (the same bits on every rank: identical input, identical code; the
+   factors of one row count in one batch);
 4. ``Q = M^T P``, averaged over ranks;
 5. the gradient becomes ``P Q^T``, the same on every rank, and ``E = M - P Q^T``.
 
@@ -15,7 +16,8 @@ Vectors, scalars and matrices too small to gain are averaged exactly, in the sam
 the ``P`` factors (or in ``exact_wire``, e.g. ``'bfloat16'``, in their own).  Until update
 ``start_update`` every gradient is averaged exactly.  Works on host (NumPy) and device (CuPy)
 gradients: the arithmetic uses the gradients' array module, the all-reduces the communicator's
-own gradient path (:func:`chainermn_comm.hooks.mean`).
+own gradient path (:func:`chainermn_comm.hooks.mean`).  ``Q`` is kept transposed (``rank x
+columns``, C-contiguous): both products then read ``M`` row by row.
 """
 
 import numpy
@@ -30,33 +32,40 @@ __all__ = ['PowerSGD']
 
 
 class _Plan:
-    """How one bucket (its names, shapes and dtypes) is compressed: which arrays, where P and Q go."""
+    """How one bucket (its names, shapes and dtypes) is compressed: which arrays, where P and Q go.
+
+    ``entries``: ``(index, rows, cols, P view (rows x rank), Qt view (rank x cols))``, ordered by
+    dtype, then rows and rank, so that the factors of one shape are consecutive in the flat P
+    buffer of their dtype (``batches``: ``(flat P, offset, count, rows, rank)``).
+    """
 
     def __init__(self, xp, grads, rank, min_compression):
         self.exact = []
-        self.groups = {}  # dtype -> [(index, rows, cols, rank, p offset, q offset)], flat P, flat Q
-        sizes = {}
+        todo = []
         for i, g in enumerate(grads):
             r = lowrank.compressed_rank(g.shape, rank, min_compression) if g.dtype.kind == 'f' else 0
-            if not r:
+            if r:
+                todo.append((g.dtype.str, lowrank.matrix_shape(g.shape), r, i))
+            else:
                 self.exact.append(i)
-                continue
-            n, m = lowrank.matrix_shape(g.shape)
-            po, qo = sizes.get(g.dtype, (0, 0))
-            self.groups.setdefault(g.dtype, [[], None, None])[0].append((i, n, m, r, po, qo))
-            sizes[g.dtype] = (po + n * r, qo + m * r)
-        for dtype, group in self.groups.items():
-            group[1] = xp.empty(sizes[dtype][0], dtype=dtype)
-            group[2] = xp.empty(sizes[dtype][1], dtype=dtype)
-
-    def entries(self):
-        """Yield ``(index, rows, cols, rank, P view, Q view)`` of every compressed gradient."""
-        for entries, pflat, qflat in self.groups.values():
-            for i, n, m, r, po, qo in entries:
-                yield i, n, m, r, pflat[po:po + n * r].reshape(n, r), qflat[qo:qo + m * r].reshape(m, r)
-
-    def flats(self, which):
-        return [g[which] for g in self.groups.values()]
+        todo.sort(key=lambda t: (t[0], t[1][0], t[2], t[3]))
+        self.pflats, self.qflats, self.entries, self.batches = [], [], [], []
+        for dt in sorted({t[0] for t in todo}):
+            mine = [t for t in todo if t[0] == dt]
+            pflat = xp.empty(sum(n * r for _, (n, _m), r, _ in mine), dtype=dt)
+            qflat = xp.empty(sum(m * r for _, (_n, m), r, _ in mine), dtype=dt)
+            po = qo = 0
+            for _, (n, m), r, i in mine:
+                if self.batches and self.batches[-1][0] is pflat and self.batches[-1][3:] == (n, r):
+                    b = self.batches[-1]
+                    self.batches[-1] = (b[0], b[1], b[2] + 1, n, r)
+                else:
+                    self.batches.append((pflat, po, 1, n, r))
+                self.entries.append((i, n, m, pflat[po:po + n * r].reshape(n, r),
+                                     qflat[qo:qo + m * r].reshape(r, m)))
+                po, qo = po + n * r, qo + m * r
+            self.pflats.append(pflat)
+            self.qflats.append(qflat)
 
 
 class PowerSGD(CommHook):
@@ -91,7 +100,7 @@ class PowerSGD(CommHook):
         self.seed = int(seed)
         #: Updates seen so far (the first bucket of each update counts it).
         self.updates = 0
-        self._q = {}       # name -> Q (columns x rank), the last update's average
+        self._q = {}       # name -> Q transposed (rank x columns), the last update's average
         self._error = {}   # name -> E (rows x columns), this rank's error memory
         self._loaded = {}  # name -> (Q, E) host arrays from a snapshot, taken at first use
         self._plans = {}
@@ -112,37 +121,40 @@ class PowerSGD(CommHook):
             return
         xp = _arrays.array_module_of(grads[0])
         plan = self._plan_for(xp, bucket)
-        device = xp is not numpy
+        matmul = xp.matmul
         on = trace.ON
+        device = xp is not numpy
         started = trace.begin(device) if on else None
         mats = []
-        for i, n, m, r, p, q in plan.entries():
+        for i, n, m, p, qt in plan.entries:
             mat = self._with_error(xp, bucket.names[i], grads[i].reshape(n, m))
-            xp.matmul(mat, q, out=p)
+            matmul(mat, qt.T, out=p)
             mats.append(mat)
-        if on:
-            trace.end(started, 'powersgd compress', 'compute', {'hook': self.name})
+        self._trace_end(started, 'compress')
         exact = [grads[i] for i in plan.exact]
-        self._mean(comm, exact, plan.flats(1), 'P')
+        self._mean(comm, exact, plan.pflats, 'P')
         started = trace.begin(device) if on else None
-        for (i, n, m, r, p, q), mat in zip(plan.entries(), mats):
-            lowrank.orthogonalize(xp, p)
-            xp.matmul(mat.T, p, out=q)
-        if on:
-            trace.end(started, 'powersgd orthogonalize', 'compute', {'hook': self.name})
-        self._mean(comm, [], plan.flats(2), 'Q')
+        for pflat, off, count, n, r in plan.batches:
+            lowrank.orthogonalize(xp, pflat[off:off + count * n * r].reshape(count, n, r))
+        for (i, n, m, p, qt), mat in zip(plan.entries, mats):
+            matmul(p.T, mat, out=qt)
+        self._trace_end(started, 'orthogonalize')
+        self._mean(comm, [], plan.qflats, 'Q')
         started = trace.begin(device) if on else None
-        for (i, n, m, r, p, q), mat in zip(plan.entries(), mats):
+        for (i, n, m, p, qt), mat in zip(plan.entries, mats):
             out = grads[i].reshape(n, m)
-            xp.matmul(p, q.T, out=out)
+            matmul(p, qt, out=out)
             if self.error_feedback:
                 mat -= out  # mat is the error memory: M - P Q^T
-        if on:
-            trace.end(started, 'powersgd decompress', 'compute', {'hook': self.name})
-        sent = sum(f.nbytes for f in plan.flats(1) + plan.flats(2)) + sum(g.nbytes for g in exact)
+        self._trace_end(started, 'decompress')
+        sent = sum(f.nbytes for f in plan.pflats + plan.qflats) + sum(g.nbytes for g in exact)
         self.last = {'compressed': len(mats), 'exact': len(exact), 'bytes': int(sent)}
 
     # -- internals --------------------------------------------------------------------------------
+    def _trace_end(self, started, what):
+        if started is not None:
+            trace.end(started, 'powersgd ' + what, 'compute', {'hook': self.name})
+
     def _mean(self, comm, exact, flats, which):
         """Average the exact gradients and the flat factors (one all-reduce when the wires agree)."""
         started = trace.now() if trace.ON else None
@@ -161,25 +173,26 @@ class PowerSGD(CommHook):
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = _Plan(xp, bucket.grads, self.rank, self.min_compression)
-            for i, n, m, r, p, q in plan.entries():
-                self._adopt_q(xp, bucket.names[i], q)
+            for i, n, m, p, qt in plan.entries:
+                self._adopt_q(xp, bucket.names[i], qt)
         if not self.warm_start:
-            for i, n, m, r, p, q in plan.entries():
-                q[...] = lowrank.initial_q(xp, bucket.names[i], m, r, self.seed + self.updates, q.dtype)
+            for i, n, m, p, qt in plan.entries:
+                qt[...] = lowrank.initial_q(xp, bucket.names[i], m, qt.shape[0],
+                                            self.seed + self.updates, qt.dtype).T
         return plan
 
-    def _adopt_q(self, xp, name, q):
-        """Fill ``q`` with the name's last Q (kept, loaded or the first one) and keep ``q`` as it."""
-        m, r = q.shape
+    def _adopt_q(self, xp, name, qt):
+        """Fill ``qt`` with the name's last Q (kept, loaded or the first one) and keep ``qt`` as it."""
+        r, m = qt.shape
         old = self._q.get(name)
-        if old is None and name in self._loaded and self._loaded[name][0] is not None:
-            old = self._loaded[name][0]
-        if old is not None and tuple(old.shape) == (m, r):
-            q[...] = old if _arrays.is_device(q) == _arrays.is_device(old) else _arrays.like(
-                _arrays.as_host(old), q)
+        if old is None and self._loaded.get(name, (None,))[0] is not None:
+            old = self._loaded[name][0].T  # saved as Q (columns x rank)
+        if old is not None and tuple(old.shape) == (r, m):
+            qt[...] = old if _arrays.is_device(qt) == _arrays.is_device(old) else _arrays.like(
+                numpy.ascontiguousarray(_arrays.as_host(old)), qt)
         else:
-            q[...] = lowrank.initial_q(xp, name, m, r, self.seed, q.dtype)
-        self._q[name] = q
+            qt[...] = lowrank.initial_q(xp, name, m, r, self.seed, qt.dtype).T
+        self._q[name] = qt
 
     def _with_error(self, xp, name, mat):
         """Return ``M = G + E`` (in the error memory) with error feedback, else the gradient itself."""

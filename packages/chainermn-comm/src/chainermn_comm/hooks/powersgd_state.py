@@ -24,7 +24,7 @@ def is_loading(serializer):
 
 def _pack(arrays):
     """Return (flat host array, shapes int64 array) of ``arrays`` laid end to end."""
-    hosts = [_arrays.as_host(a) for a in arrays]
+    hosts = [numpy.ascontiguousarray(_arrays.as_host(a)) for a in arrays]
     dtypes = {h.dtype for h in hosts}
     dtype = dtypes.pop() if len(dtypes) == 1 else numpy.dtype(numpy.float64)
     flat = numpy.concatenate([h.reshape(-1).astype(dtype, copy=False) for h in hosts]) if hosts \
@@ -51,7 +51,7 @@ def serialize(hook, serializer):
     serializer('updates', numpy.array(hook.updates, dtype=numpy.int64))
     # Loaded state not taken up yet (no update since the load) is saved as it was loaded.
     qs = {n: v[0] for n, v in hook._loaded.items() if v[0] is not None}
-    qs.update(hook._q)
+    qs.update({n: qt.T for n, qt in hook._q.items()})  # kept transposed: saved as Q (columns x rank)
     errors = {n: v[1] for n, v in hook._loaded.items() if v[1] is not None}
     errors.update(hook._error)
     q_names = sorted(qs)
