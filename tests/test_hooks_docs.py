@@ -22,3 +22,17 @@ def test_user_hook_of_the_docs(tmp_path):
     assert sorted(r for r, *_ in lines) == ['0', '1'], report
     assert {(u, s, w) for _, u, s, w in lines} == {(lines[0][1], lines[0][2], lines[0][3])}, report
     assert lines[0][1] == '5' and lines[0][2] == '5', report
+
+
+def test_meta_package_exposes_the_hooks_and_the_argument():
+    import inspect
+
+    import chainermn
+    import chainermn_comm.hooks
+    assert chainermn.hooks.__name__ == 'chainermn.hooks' and 'hooks' in chainermn.__all__
+    for name in chainermn_comm.hooks.__all__:
+        assert getattr(chainermn.hooks, name) is getattr(chainermn_comm.hooks, name), name
+    sig = str(inspect.signature(chainermn.create_multi_node_optimizer))
+    # The documented arguments unchanged, comm_hook added last with a default.
+    assert sig == ('(actual_optimizer, communicator, double_buffering=False, zero_fill=True, '
+                   'overlap=False, comm_hook=None)'), sig

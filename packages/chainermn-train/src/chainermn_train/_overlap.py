@@ -196,6 +196,8 @@ class BackwardOverlap:
         setting = self._setting
         if setting == 'end' or (self._mpi_comm.Get_size() == 1 and setting != 'stream') or self._hook_run:
             return None
+        if self.hook is None:  # the communicator's own wire
+            return _overlap_device.device_group(self.communicator, params)
         return _overlap_device.device_group(self.communicator, params, self.wire)
 
     def _side_stream(self):
