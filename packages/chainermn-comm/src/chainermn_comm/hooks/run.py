@@ -41,8 +41,11 @@ def mean_model(comm, model, hook, zero_fill=True):
     shapes, codes = _grad.params_key(params, 'grad')
     traced = None
     if trace.ON:
-        traced = arrays_traced([p.grad for p in params], 'mean', getattr(hook, 'wire', None)
-                               if not isinstance(getattr(hook, 'wire', None), str) else None)
+        wire = hook.wire if hook.is_wire else None
+        traced = arrays_traced([p.grad for p in params], 'mean',
+                               None if isinstance(wire, str) else wire)  # 'auto', 'bfloat16': no dtype
+        if isinstance(wire, str) and wire != 'auto':
+            traced['wire_dtype'] = wire
         traced['hook'] = label
     with guard('allreduce_grad', sig, key=(shapes, codes, stable_code(label)), traced=traced):
         hook(comm, GradBucket(grads_of(params), names))
