@@ -79,7 +79,7 @@ def average(args, comm, mpi):
     tuning = {}
     for n in sorted(fns):  # first calls (buffers) and the tuners' schedules, timed apart
         spent = [_timed(mpi, fns[n], args.settle)]
-        while len(spent) < 60 and (_tuning(contenders[n]) or (n == 'auto' and _auto_wire_tuning(comm))):
+        while len(spent) < 60 and (_tuning(contenders[n]) or (n == 'auto' and not comm._wire_tuned('auto'))):
             spent.append(_timed(mpi, fns[n], args.settle))
         tuning[n] = {'calls': len(spent), 'times_s': spent}
         if hasattr(contenders[n], 'choice'):
@@ -95,11 +95,6 @@ def average(args, comm, mpi):
                                                    for k, v in inner.tuner.history[-1][1].items()}
             out['contenders'][n]['choice'] = str(h.choice)
     return out
-
-
-def _auto_wire_tuning(comm):
-    tuned = comm.__dict__.get('_tuned_wires', {}).get('auto')
-    return tuned is None or (tuned._active and (tuned.tuning.tuner is None or tuned.tuning.tuner.tuning))
 
 
 def iteration(args, comm, mpi):

@@ -250,23 +250,27 @@ def test_hook_arguments_are_checked():
         hooks.resolve('int8')
 
 
-def test_auto_with_powersgd_tunes_over_the_wires_and_powersgd():
+def test_auto_with_powersgd_tunes_the_wire_then_against_powersgd():
     comm = chainermn_comm.create_communicator('naive')
     model = Model()
     psgd = hooks.PowerSGD(rank=2, start_update=2, min_compression=1.0)
     auto = hooks.Auto(powersgd=psgd)
     assert not auto.is_wire and str(auto) == 'auto+powersgd-r2'
-    for seed in range(16):
+    started = None
+    for seed in range(32):
         _grads(model, seed)
         hooks.mean_model(comm, model, auto)
         _same_everywhere(_snapshot(model))
-    tuner = auto._tuning.tuner
-    assert tuner.calls == 14  # updates 3..16: a warm-up, then the schedule over four hooks
+        if started is None and auto._tuning is not None:
+            started = seed + 1  # the update that warmed PowerSGD up
+            assert started >= 3 and comm._wire_tuned('auto')  # after start_update and the wire's schedule
+            assert psgd.updates == 3  # compressed at once (start_update counted as passed)
+    assert started is not None and auto._tuning.tuner.calls == 32 - started + 1
     if COMM.Get_size() > 1:
-        assert tuner.history and sorted(tuner.history[0][1]['hook']) == [
-            'bfloat16', 'exact', 'float16', 'powersgd-r2']
-    assert auto.choice in auto._wires + [psgd]
+        history = auto._tuning.tuner.history
+        assert history and sorted(history[0][1]['hook']) == ['auto', 'powersgd-r2']
+    assert auto.choice in (auto._auto_wire, psgd)
     ser = chainer.serializers.DictionarySerializer()
     auto.serialize(ser)
-    assert 'powersgd/rank_mean/error' in ser.target and int(ser.target['powersgd/updates']) >= 2
+    assert 'powersgd/rank_mean/error' in ser.target and int(ser.target['powersgd/updates']) >= 3
     comm.finalize()

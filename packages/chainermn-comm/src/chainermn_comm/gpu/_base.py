@@ -137,6 +137,12 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
                 self._sync()  # the time of the device work, not of queueing it
             tuning.end()
 
+    def _wire_tuned(self, wire):
+        tuning = self.__dict__.get('_device_wire_tuning') if _tune.is_auto(wire) else None
+        if tuning is None:  # host gradients, or no device wire to tune
+            return super()._wire_tuned(wire) or self.size == 1 or not _tune.is_auto(wire)
+        return tuning.tuner is not None and not tuning.tuner.tuning
+
     def _device_tuning(self, wire):
         """Return the tuner of the device wire (``wire='auto'``), or None."""
         if not _tune.is_auto(wire) or self.size == 1:

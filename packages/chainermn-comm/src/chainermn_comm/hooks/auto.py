@@ -3,19 +3,17 @@
 ``Auto()`` is ``allreduce_grad_dtype='auto'``: exact float32, float16 or bfloat16 on the wire,
 the same bits as that path.  ``Auto(powersgd=PowerSGD(...))`` also lets PowerSGD compete, which
 changes the average (an approximation): only when the user passes it, never by default.  Until
-PowerSGD's ``start_update`` every update is averaged by the wires alone; from then on the
-schedule of ``reduce.tune`` times the three wires and PowerSGD on whole updates (with
-``overlap=True``: from the first bucket of an update to the end of its last), compute included,
-every rank agreeing on the slowest rank's times, and keeps the fastest; it runs again at update
-1000 and every 10,000 after.  When PowerSGD is left for a wire, what its error memories hold is
-added to the next average rather than dropped.
+PowerSGD's ``start_update``, and until the ``'auto'`` wire has chosen its wire and knobs, every
+update is averaged by that wire; then one update warms PowerSGD up and the schedule of
+``reduce.tune`` times the tuned wire against PowerSGD on whole updates (with ``overlap=True``:
+from the first bucket of an update to the end of its last), compute included, every rank
+agreeing on the slowest rank's times, and keeps the faster (PowerSGD must win by the tuner's
+margin); it runs again at update 1000 and every 10,000 after.  When PowerSGD is left for the
+wire, what its error memories hold is added to the next average rather than dropped.
 """
-
-import numpy
 
 from chainermn_comm import _arrays
 from chainermn_comm.hooks.base import CommHook, WireHook
-from chainermn_comm.reduce import codecs as _codecs
 from chainermn_comm.reduce import tune as _tune
 
 __all__ = ['Auto']
@@ -34,7 +32,6 @@ class Auto(WireHook):
         if powersgd is not None and not isinstance(powersgd, CommHook):
             raise TypeError('Auto(powersgd=...) takes a chainermn.hooks.PowerSGD; got {!r}'.format(powersgd))
         self.powersgd = powersgd
-        self._wires = [WireHook(w) for w in (None, numpy.float16, _codecs.BFLOAT16_NAME)]
         self._tuning = None
         self._updates = 0
         self._config = None
@@ -52,9 +49,9 @@ class Auto(WireHook):
 
     @property
     def choice(self):
-        """The hook chosen so far (the exact wire before the first schedule)."""
+        """The hook chosen so far (the ``'auto'`` wire before the first schedule)."""
         if self._tuning is None:
-            return self._wires[0] if self.powersgd is not None else self
+            return self._auto_wire if self.powersgd is not None else self
         return self._tuning.choice['hook']
 
     def __call__(self, comm, bucket):
@@ -72,16 +69,24 @@ class Auto(WireHook):
             self._from = hook
 
     def _begin(self, comm):
-        """Return the hook of this update (the tuner's, once PowerSGD may run) and start its clock."""
+        """Return the hook of this update and start its clock (once the schedule may run).
+
+        The ``'auto'`` wire first runs its own schedule (the wire and the knobs); then one update
+        warms PowerSGD up (its buffers and error memories: untimed, the schedule's warm-up); then
+        the schedule times the tuned wire against PowerSGD.
+        """
         p = self.powersgd
-        if self._updates <= getattr(p, 'start_update', 0):
-            return self._auto_wire
         if self._tuning is None:
+            wire_ready = getattr(comm, '_wire_tuned', lambda wire: True)('auto')
+            if self._updates <= getattr(p, 'start_update', 0) or not wire_ready:
+                return self._auto_wire
             p.updates = max(p.updates, getattr(p, 'start_update', 0))  # compresses from its first call
-            choices = self._wires + [p]
+            choices = (self._auto_wire, p)
             self._tuning = _tune.CallTuning(
                 comm.mpi_comm, 'comm_hook auto', lambda: [('hook', lambda c: _first(c['hook'], choices))],
-                {'hook': self._wires[0]})
+                {'hook': self._auto_wire})
+            self._timed = True
+            return p  # the warm-up: PowerSGD's first call allocates what it keeps
         self._timed = True
         return self._tuning.begin()['hook']
 
@@ -101,7 +106,9 @@ class Auto(WireHook):
 
 
 class _AutoWire(CommHook):
-    """The ``'auto'`` wire of an :class:`Auto` (before PowerSGD's start_update)."""
+    """The ``'auto'`` wire of an :class:`Auto`: float32, float16 or bfloat16, tuned with the knobs."""
+
+    name = 'auto'
 
     def __init__(self, auto):
         self.auto = auto

@@ -90,6 +90,16 @@ class ModelCollectives:
             if copied:
                 g[...] = _arrays.like(a, g)
 
+    def _wire_tuned(self, wire):
+        """Return whether the average of ``wire`` has finished its first tuning schedule (or needs none)."""
+        key = _wire_key(wire)
+        tuned = self.__dict__.get('_tuned') if key == _wire_key(self.allreduce_grad_dtype) else \
+            self.__dict__.get('_tuned_wires', {}).get(key)
+        if tuned is None:
+            return False
+        tuner = tuned.tuning.tuner
+        return not tuned._active or (tuner is not None and not tuner.tuning)
+
     def _host_of(self, arr):
         """Return (C-contiguous host array of ``arr``, whether it is a copy to write back)."""
         if isinstance(arr, numpy.ndarray):
