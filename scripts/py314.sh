@@ -7,7 +7,7 @@
 # apt uses here (read from /etc/apt/sources.list*; MIRROR=... overrides) and cached in
 # $CHAINERMN_PY314_ROOT (default /var/cache/chainermn-py314); a complete one is reused.  Each run
 # binds /proc, /sys, /dev, /dev/shm, the repository (at the same path) and the cluster registry
-# (/var/tmp/chainermn-cluster, shared with the host so namespace clusters never collide) into it,
+# (/run/chainermn-cluster, shared with the host so namespace clusters never collide) into it,
 # copies the host's CA bundle and pip configuration in, and runs
 # `PYTHON=python3.14 bash scripts/test.sh --py314` (venv .venv-py314).  Every mount is undone on
 # exit, failures and signals included.  Needs root (debootstrap, chroot, mounts) and apt.
@@ -130,8 +130,9 @@ done
 
 bind_system
 bind "$root"
-mkdir -p /var/tmp/chainermn-cluster
-bind /var/tmp/chainermn-cluster
+# The cluster registry (root's, mode 0700: the cluster tool refuses any other), shared with the host.
+[ -e /run/chainermn-cluster ] || mkdir -m 700 /run/chainermn-cluster
+bind /run/chainermn-cluster
 for d in "${local_dirs[@]}"; do
     d="${d%/simple}"; d="${d%/}"
     case "$d" in /etc/ssl/*|"$root"*) continue ;; esac

@@ -35,4 +35,4 @@ def test_meta_package_exposes_the_hooks_and_the_argument():
     sig = str(inspect.signature(chainermn.create_multi_node_optimizer))
     # The documented arguments unchanged, comm_hook added last with a default.
     assert sig == ('(actual_optimizer, communicator, double_buffering=False, zero_fill=True, '
-                   'overlap=False, comm_hook=None)'), sig
+                   'overlap=False, check_finite=None, comm_hook=None)'), sig

@@ -38,6 +38,7 @@ THIRD_PARTY = {
     'pytest': 'pytest',
     'poetry': 'poetry-core',
     'matplotlib': 'matplotlib',
+    'threadpoolctl': 'threadpoolctl',
 }
 #: Distributions that may be imported only lazily (inside a function), from an extra.
 OPTIONAL = {'cupy', 'matplotlib', 'ml-dtypes'}

@@ -4,7 +4,7 @@ The project is not on PyPI yet, so the wheels of every package under ``packages/
 folder that pip is pointed at with ``PIP_FIND_LINKS``, as the README tells users to do. The block
 then runs unchanged with bash in an empty directory, in a fresh ``python -m venv`` that is activated
 first, with the checkout nowhere on ``sys.path``. Then ``import chainermn`` must be ours and the
-README's Quick start must train on 2 ranks under the venv's ``mpiexec``.
+README's Quick start must train on 2 ranks under the venv's ``mpiexec`` and draw ``result/loss.png``.
 """
 
 import glob
@@ -113,3 +113,6 @@ def test_readme_install_block_in_a_fresh_venv(tmp_path):
     iteration, accuracy = int(final[0][0]), float(final[0][1])
     assert iteration == 75, report  # 10 epochs of 750 samples per rank in batches of 100
     assert accuracy > 0.9, report
+    # The install block installs what the Quick start uses: PlotReport draws (issue 44).
+    assert 'matplotlib is not installed' not in res.stderr, report
+    assert (user / 'result' / 'loss.png').is_file(), report

@@ -19,6 +19,12 @@ RUN_BY = {
     'quickstart': 'tests/test_quickstart.py',
     'demo': 'tests/test_runnable_docs.py',
     'hook': 'tests/test_hooks_docs.py',
+    'converting-scatter': 'tests/test_converting_docs.py',
+    'converting-share': 'tests/test_converting_docs.py',
+    'converting-weights': 'tests/test_converting_docs.py',
+    'converting-updaters': 'tests/test_converting_docs.py',
+    'converting-device': 'tests/test_converting_docs.py',
+    'converting-saving': 'tests/test_converting_docs.py',
 }
 
 
@@ -44,6 +50,37 @@ def test_docs_name_no_path_of_one_machine():
                     '{}:{}: a path of one machine: {}'.format(os.path.relpath(path, ROOT), number,
                                                               line.strip()))
 
+
+def readme_made_paths(text):
+    """Return the paths the README's commands make in the current directory (files; folders end in /)."""
+    made = set(re.findall(r'python -m venv (\w[\w.-]*)', text))
+    made = {m + '/' for m in made}
+    made |= {m + '/' for m in re.findall(r'pip wheel [^\n`]*-w (\w[\w.-]*)', text)}
+    made |= set(re.findall(r'> (\w[\w.-]*\.\w+)', text))
+    return made
+
+
+def test_readme_made_paths_are_found():
+    text = ('`python -m venv venv && .`\necho "x" > build-constraints.txt\n'
+            'pip wheel --no-deps -w wheels packages/*\n')
+    assert readme_made_paths(text) == {'venv/', 'wheels/', 'build-constraints.txt'}
+
+
+def test_files_the_readme_makes_are_ignored_in_a_checkout():
+    # Issue 44: the README's own commands, run in the repository root, leave no untracked files.
+    with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+        made = readme_made_paths(f.read())
+    assert {'venv/', 'wheels/', 'build-constraints.txt'} <= made, made
+    made |= {'result/'}  # the Quick start's --out
+    try:
+        res = subprocess.run(['git', 'check-ignore', '--no-index', '--stdin'], cwd=ROOT, text=True,
+                             input='\n'.join(sorted(made)) + '\n', capture_output=True, timeout=60)
+    except OSError:
+        pytest.skip('git is not installed')
+    if res.returncode not in (0, 1):
+        pytest.skip('not a git checkout: ' + res.stderr.strip())
+    ignored = set(res.stdout.split())
+    assert ignored == made, 'add to .gitignore: {}'.format(sorted(made - ignored))
 
 def _tracked_files():
     try:

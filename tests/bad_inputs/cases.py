@@ -117,6 +117,73 @@ def different_collectives(comm):
         comm.allgather_obj(1)
 
 
+def _unpicklable():
+    return lambda: 0  # a lambda defined inside a function: pickle cannot name it
+
+
+def _cannot_pickle(call, bad_rank):
+    return (r'collective call #\d+ {0} fails on every rank because of invalid input on rank {1} \(host '
+            r'[^)]+\)\.\nInvalid input on rank {1}: CommunicationError: rank {1} \(host [^)]+\): {0}\([^)]*\) '
+            r"cannot pickle its object of type 'builtins.function' \((PicklingError|AttributeError): "
+            r"[^\n]*Every rank of the call raises this error\.\n".format(call, bad_rank))
+
+
+@case('collectives', 'error', 'CommunicationError', _cannot_pickle('bcast_obj', 0))
+def bcast_obj_unpicklable_on_root(comm):
+    comm.bcast_obj(_unpicklable() if comm.rank == 0 else None)
+
+
+@case('collectives', 'error', 'CommunicationError', _cannot_pickle('gather_obj', 1))
+def gather_obj_unpicklable_on_one_rank(comm):
+    comm.gather_obj(_unpicklable() if comm.rank == 1 else comm.rank)
+
+
+@case('collectives', 'error', 'CommunicationError', _cannot_pickle('allgather_obj', 1))
+def allgather_obj_unpicklable_on_one_rank(comm):
+    comm.allgather_obj(_unpicklable() if comm.rank == 1 else comm.rank)
+
+
+@case('collectives', 'error', 'CommunicationError', _cannot_pickle('allreduce_obj', 1))
+def allreduce_obj_unpicklable_on_one_rank(comm):
+    comm.allreduce_obj(_unpicklable() if comm.rank == 1 else comm.rank)
+
+
+@case('collectives', 'error', 'CommunicationError',
+      r"^rank \d \(host [^)]+\): send_obj\(dest=\d, tag=5\) cannot pickle its object of type "
+      r"'builtins.function' \((PicklingError|AttributeError): [\s\S]*Every rank of the call raises this "
+      r"error\.$")
+def send_obj_unpicklable_in_a_ring(comm):
+    """Each rank sends what it cannot pickle to the next: the sender raises, the receiver too."""
+    from chainermn import CommunicationError
+    try:
+        comm.send_obj(_unpicklable(), (comm.rank + 1) % comm.size, 5)
+    except CommunicationError as e:
+        sent = str(e)
+    else:
+        raise AssertionError('send_obj did not raise')
+    try:
+        comm.recv_obj((comm.rank - 1) % comm.size, tag=5)
+    except CommunicationError as e:
+        # The previous rank's error: the same text but for the rank, the peer and the address.
+        want = sent.replace('rank {} '.format(comm.rank), 'rank {} '.format(
+            (comm.rank - 1) % comm.size), 1).replace('dest={}'.format((comm.rank + 1) % comm.size),
+                                                     'dest={}'.format(comm.rank))
+        assert re.sub(' at 0x[0-9a-f]+', '', str(e)) == re.sub(' at 0x[0-9a-f]+', '', want), (str(e), want)
+        raise
+
+
+@case('collectives', 'error', 'CommunicationError', DISAGREE + r'[\s\S]*First difference: max_buf_len is '
+      r'100 on rank 0 but 200 on rank 1')
+def bcast_max_buf_len_differs(comm):
+    comm.bcast(numpy.ones(1000), max_buf_len=100 if comm.rank == 0 else 200)
+
+
+@case('collectives', 'error', 'CommunicationError', r'Invalid input on rank 1: ValueError: rank 1: max_buf_len '
+      r"must be a positive int \(bytes per piece\) or None; got 'x'")
+def bcast_max_buf_len_not_a_number_on_one_rank(comm):
+    comm.bcast(numpy.ones(10), max_buf_len='x' if comm.rank == 1 else 100)
+
+
 @case('collectives', 'error', 'ValueError', r'gather needs the same shape and dtype on every rank; got '
       r'rank 0: \(2,\) <f8, rank 1: \(3,\) <f8')
 def gather_shapes_differ(comm):
@@ -323,13 +390,25 @@ def _env_case(name, variable, value, pattern):
 
 
 _env_case('env_timeout_not_a_number', 'CHAINERMN_TIMEOUT', 'soon',
-          r"CHAINERMN_TIMEOUT='soon' is not understood: it takes a number >= 0")
+          r"CHAINERMN_TIMEOUT='soon' is not understood: it takes a number >= 1, or 0 for off")
 _env_case('env_stall_seconds_negative', 'CHAINERMN_STALL_SECONDS', '-1',
-          r"CHAINERMN_STALL_SECONDS='-1' is not understood: it takes a number >= 0")
+          r"CHAINERMN_STALL_SECONDS='-1' is not understood: it takes a number >= 1, or 0 for off")
 _env_case('env_ranks_per_node_not_a_number', 'CHAINERMN_RANKS_PER_NODE', 'zero',
-          r"CHAINERMN_RANKS_PER_NODE='zero' is not understood: it takes an integer >= 1")
+          r"CHAINERMN_RANKS_PER_NODE='zero' is not understood: it takes an integer from 1 to 65536")
 _env_case('env_chunk_bytes_not_a_number', 'CHAINERMN_CHUNK_BYTES', '4MB',
-          r"CHAINERMN_CHUNK_BYTES='4MB' is not understood: it takes an integer >= 1")
+          r"CHAINERMN_CHUNK_BYTES='4MB' is not understood: it takes an integer from 64 to 1073741824")
+_env_case('env_chunk_bytes_too_small', 'CHAINERMN_CHUNK_BYTES', '1',
+          r"CHAINERMN_CHUNK_BYTES='1' is not understood: it takes an integer from 64 to 1073741824")
+_env_case('env_chunk_bytes_too_large', 'CHAINERMN_CHUNK_BYTES', '50000000000000',
+          r"CHAINERMN_CHUNK_BYTES='50000000000000' is not understood: it takes an integer from 64 to ")
+_env_case('env_timeout_too_small_to_be_meant', 'CHAINERMN_TIMEOUT', '1e-9',
+          r"CHAINERMN_TIMEOUT='1e-9' is not understood: it takes a number >= 1, or 0 for off")
+_env_case('env_unresponsive_negative', 'CHAINERMN_UNRESPONSIVE_SECONDS', '-1',
+          r"CHAINERMN_UNRESPONSIVE_SECONDS='-1' is not understood: it takes a number >= 1, or 0 for off")
+_env_case('env_exit_notice_not_a_flag', 'CHAINERMN_EXIT_NOTICE', 'maybe',
+          r"CHAINERMN_EXIT_NOTICE='maybe' is not understood: it takes 1 or 0")
+_env_case('env_check_finite_unknown', 'CHAINERMN_CHECK_FINITE', 'always',
+          r"CHAINERMN_CHECK_FINITE='always' is not understood: it takes one of off, skip, raise")
 _env_case('env_check_not_a_flag', 'CHAINERMN_CHECK', 'abc',
           r"CHAINERMN_CHECK='abc' is not understood: it takes 1 or 0")
 _env_case('env_debug_not_a_flag', 'CHAINERMN_DEBUG', 'abc',

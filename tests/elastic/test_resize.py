@@ -14,7 +14,7 @@ import numpy
 import pytest
 
 from chainermn_comm.testing import run_mpi
-from chainermn_train.extensions import _safe_npz
+from chainermn_train.checkpoint import _safe_npz
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, 'jobs', 'resize_job.py')

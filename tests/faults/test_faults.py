@@ -94,8 +94,10 @@ def test_sigkill_mid_allreduce_ends_job(tmp_path, record_exit):
 # -- 3. one rank skips a collective: the watchdog fires -------------------------------------------
 @pytest.mark.parametrize('n', [2, 3])
 def test_skipped_collective_fires_watchdog(n, record_exit):
+    # Without the exit notice (tests/faults/test_rank_gone.py has it) only the watchdog ends it.
     timeout_s = 3
-    res = run_mpi([job('job_skip.py'), 'exit'], n, timeout=60, env={'CHAINERMN_TIMEOUT': timeout_s})
+    res = run_mpi([job('job_skip.py'), 'exit'], n, timeout=60,
+                  env={'CHAINERMN_TIMEOUT': timeout_s, 'CHAINERMN_EXIT_NOTICE': '0'})
     end = time.time()
     assert not res.timed_out, report(res)
     assert res.returncode == WATCHDOG_EXIT_STATUS, report(res)

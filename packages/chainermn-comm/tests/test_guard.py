@@ -20,8 +20,8 @@ def test_resolve_timeout(monkeypatch):
     monkeypatch.setenv('CHAINERMN_TIMEOUT', 'soon')
     with pytest.raises(ValueError, match='CHAINERMN_TIMEOUT'):
         resolve_timeout(None)
-    for bad in (-1, float('nan')):
-        with pytest.raises(ValueError, match='>= 0'):
+    for bad in (-1, float('nan'), 1e-9, 0.5):
+        with pytest.raises(ValueError, match=r'out of range: give 0 \(the watchdog off\) or at least 1 seconds'):
             resolve_timeout(bad)
 
 
@@ -74,13 +74,13 @@ def test_first_difference():
 
 def test_watchdog_fires_on_a_stuck_call(monkeypatch):
     fired = []
-    g = CallGuard(MPI.COMM_SELF, timeout=0.2, debug=False)
+    g = CallGuard(MPI.COMM_SELF, timeout=1, debug=False)
     monkeypatch.setattr(g, 'fire', lambda cur, elapsed: fired.append((cur[0], elapsed)))
     with g('recv', (), collective=False, source=0):
         deadline = time.monotonic() + 10
         while not fired and time.monotonic() < deadline:
             time.sleep(0.01)
-    assert fired and fired[0][0] == 'recv' and fired[0][1] >= 0.2
+    assert fired and fired[0][0] == 'recv' and fired[0][1] >= 1
 
 
 def test_guard_overhead_is_small():

@@ -163,3 +163,59 @@ def test_other_user_cannot_redirect_root_writes(reachable_dir):
     assert secret.read_bytes() == b'root only'
     st = os.lstat(shared / 'out')
     assert stat.S_ISREG(st.st_mode) and st.st_uid == 0
+
+
+def test_open_new_makes_a_new_file_only(tmp_path):
+    target = tmp_path / 'node.log'
+    old = os.umask(0o022)
+    try:
+        fd = safe_files.open_new(str(target), mode=0o600)
+    finally:
+        os.umask(old)
+    os.write(fd, b'a')
+    os.close(fd)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600 and target.read_bytes() == b'a'
+    with pytest.raises(FileExistsError):
+        safe_files.open_new(str(target))
+    victim = tmp_path / 'victim'
+    victim.write_bytes(b'keep')
+    os.symlink(str(victim), str(tmp_path / 'planted.log'))
+    with pytest.raises(FileExistsError):
+        safe_files.open_new(str(tmp_path / 'planted.log'))
+    assert victim.read_bytes() == b'keep'
+
+
+def test_make_directory_is_private_under_any_umask_and_checked(tmp_path, monkeypatch):
+    monkeypatch.delenv(safe_files.TRUST_SHARED_ENV, raising=False)
+    old = os.umask(0)
+    try:
+        safe_files.make_directory(str(tmp_path / 'a' / 'b'), 'test directory')
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / 'a' / 'b').st_mode) == 0o755
+    (tmp_path / 'wide').mkdir()
+    os.chmod(tmp_path / 'wide', 0o777)
+    with pytest.raises(UntrustedPathError, match='refusing the test directory'):
+        safe_files.make_directory(str(tmp_path / 'wide'), 'test directory')
+
+
+def test_remove_own_removes_only_regular_files_never_through_links(tmp_path):
+    target = tmp_path / 'target'
+    target.write_bytes(b't')
+    (tmp_path / 'link').symlink_to(target)
+    (tmp_path / 'dir').mkdir()
+    (tmp_path / 'file').write_bytes(b'f')
+    assert safe_files.remove_own(str(tmp_path / 'link')) is False
+    assert safe_files.remove_own(str(tmp_path / 'dir')) is False
+    assert safe_files.remove_own(str(tmp_path / 'gone')) is False
+    assert safe_files.remove_own(str(tmp_path / 'file')) is True
+    assert sorted(os.listdir(tmp_path)) == ['dir', 'link', 'target'] and target.read_bytes() == b't'
+
+
+@root_only
+def test_remove_own_leaves_another_users_file(tmp_path):
+    f = tmp_path / 'theirs'
+    f.write_bytes(b'x')
+    os.chown(f, NOBODY, NOBODY)
+    assert safe_files.is_own_file(str(f)) is False and safe_files.remove_own(str(f)) is False
+    assert f.exists()

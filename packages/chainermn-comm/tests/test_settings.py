@@ -55,7 +55,7 @@ def test_int():
     assert settings.read(protocol.CHUNK_BYTES_ENV, 4096, environ={}) == 4096  # the code's default
     for bad in ('zero', '0', '1.5', '-3'):
         with pytest.raises(ValueError, match=r"CHAINERMN_RANKS_PER_NODE='{}' is not understood: it "
-                                             r"takes an integer >= 1".format(re.escape(bad))):
+                                             r"takes an integer from 1 to 65536".format(re.escape(bad))):
             _read(protocol.RANKS_PER_NODE_ENV, bad)
 
 
@@ -63,10 +63,46 @@ def test_float():
     assert _read(protocol.TIMEOUT_ENV, None) == 1800.0
     assert _read(protocol.TIMEOUT_ENV, '0') == 0.0            # 0: the watchdog is off
     assert _read(protocol.STALL_SECONDS_ENV, '2.5') == 2.5
-    for bad in ('soon', '-1', 'nan'):
+    for bad in ('soon', '-1', 'nan', '1e-9', '0.5'):
         with pytest.raises(ValueError, match=r"CHAINERMN_TIMEOUT='{}' is not understood: it takes a "
-                                             r"number >= 0 \(seconds a rank may block".format(bad)):
+                                             r"number >= 1, or 0 for off \(seconds a rank may "
+                                             r"block".format(bad)):
             _read(protocol.TIMEOUT_ENV, bad)
+
+
+@pytest.mark.parametrize('name,bad,takes', [
+    (protocol.CHUNK_BYTES_ENV, '1', 'an integer from 64 to 1073741824'),
+    (protocol.CHUNK_BYTES_ENV, '50000000000000', 'an integer from 64 to 1073741824'),
+    (protocol.SHM_CHUNK_BYTES_ENV, '63', 'an integer from 64 to 1073741824'),
+    (protocol.OVERLAP_BUCKET_BYTES_ENV, str(1 << 31), 'an integer from 64 to 1073741824'),
+    (protocol.STALL_SECONDS_ENV, '0.01', 'a number >= 1, or 0 for off'),
+    (protocol.UNRESPONSIVE_SECONDS_ENV, '-5', 'a number >= 1, or 0 for off'),
+    (protocol.TRACE_EVENTS_ENV, '10', 'an integer from 1000 to 100000000'),
+    (protocol.CHECK_FINITE_ENV, 'maybe', 'one of off, skip, raise'),
+])
+def test_bounds_name_the_variable_and_what_it_takes(name, bad, takes):
+    with pytest.raises(ValueError, match=r"^{}='{}' is not understood: it takes {} \(".format(
+            name, bad, re.escape(takes))):
+        _read(name, bad)
+    with pytest.raises(ValueError, match=name):
+        settings.check_environment({name: bad})
+
+
+def test_bounds_keep_the_edges_and_the_off_value():
+    assert _read(protocol.CHUNK_BYTES_ENV, '64') == 64
+    assert _read(protocol.CHUNK_BYTES_ENV, str(1 << 30)) == 1 << 30
+    assert _read(protocol.TIMEOUT_ENV, '1') == 1.0
+    assert _read(protocol.UNRESPONSIVE_SECONDS_ENV, '0') == 0.0
+    assert _read(protocol.UNRESPONSIVE_SECONDS_ENV, None) == 240.0
+
+
+def test_every_number_has_bounds():
+    """No size or time variable takes any number: each has a lower bound (and sizes an upper one)."""
+    for var in protocol.VARIABLES.values():
+        if var.kind in ('int', 'float'):
+            assert var.minimum is not None, var.name
+            if var.name.endswith('_BYTES'):
+                assert var.maximum is not None, var.name
 
 
 def test_choice():

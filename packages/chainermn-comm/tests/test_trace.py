@@ -120,6 +120,32 @@ def test_other_reasons_merge_what_exists_and_the_first_reason_stays(tmp_path):
     assert _export.merge(str(tmp_path)) is not None  # the public merge takes the newest run
 
 
+def test_trace_directory_problems_name_the_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv(protocol.TRUST_SHARED_ENV, raising=False)
+    regular = tmp_path / 'f'
+    regular.write_text('x')
+    wide = tmp_path / 'wide'
+    wide.mkdir()
+    os.chmod(wide, 0o1777)
+    made = tmp_path / 'new' / 'trace'
+    problem = _export.directory_problem('CHAINERMN_TRACE', str(regular))
+    assert problem.startswith("CHAINERMN_TRACE='{}' cannot be used: it is not a directory".format(regular))
+    assert 'cannot create it' in _export.directory_problem('CHAINERMN_TRACE', '/proc/nope')
+    assert 'other users can write it' in _export.directory_problem('CHAINERMN_TRACE', str(wide))
+    assert _export.directory_problem('CHAINERMN_TRACE', str(made)) is None and made.is_dir()
+    monkeypatch.setenv(protocol.TRUST_SHARED_ENV, '1')
+    assert _export.directory_problem('CHAINERMN_TRACE', str(wide)) is None
+
+
+def test_parts_that_are_links_are_not_merged(tmp_path):
+    real = tmp_path / 'elsewhere.json'
+    a = _tracer(tmp_path, 0, 2)
+    _export.write_part(str(tmp_path), a.part_document())
+    os.replace(os.path.join(str(tmp_path), 'trace.rank0.json'), str(real))
+    os.symlink(str(real), os.path.join(str(tmp_path), 'trace.rank0.json'))
+    assert _export.read_parts(str(tmp_path)) == []
+
+
 def test_dropped_events_are_written(tmp_path):
     t = _tracer(tmp_path, 0, 1)
     for i in range(1200):

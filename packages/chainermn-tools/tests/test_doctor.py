@@ -11,7 +11,8 @@ import pytest
 from chainermn_comm.testing import run_mpi
 
 BIN = os.path.dirname(sys.executable)
-ROWS = ['mpi4py / MPI library', 'mpiexec', 'launch', 'ranks / hosts', 'intra / inter layout',
+ROWS = ['mpi4py / MPI library', 'mpiexec', 'launch', 'ranks / hosts', 'cores / ranks', 'rank affinity',
+        'thread pools', 'intra / inter layout',
         'collective round trip', 'link within a node', 'link between nodes', 'packages', 'import chainermn', 'cupy', 'nccl', 'gpus',
         'cuda-aware MPI', 'MV2_USE_CUDA', 'MV2_SMP_USE_CMA', 'LD_LIBRARY_PATH']
 
@@ -89,6 +90,52 @@ def test_healthy_ranks_on_one_host_measure_the_link_within_it(n):
     assert 0 < latency < 1e5 and 0.01 < gbps < 1e4, (latency, gbps)
     assert 'SKIP' in _row(res.stdout, 'link between nodes')
     assert 'not measurable: all {} ranks run on one host ({})'.format(n, host) in flat, flat
+    # The node: its CPUs, every rank's affinity and pools; oversubscribed only with more ranks than CPUs.
+    cpus = sorted(os.sched_getaffinity(0))
+    over = n > len(cpus)
+    assert (' WARN ' in _row(res.stdout, 'cores / ranks')) == over, res.stdout
+    assert '{}: {} CPU'.format(host, len(cpus)) in flat and '{} ranks (0-{})'.format(n, n - 1) in flat
+    assert ('oversubscribed: {} ranks (0-{}) share'.format(n, n - 1) in flat) == over, flat
+    assert 'ranks 0-{}: CPUs {}'.format(n - 1, '-'.join(map(str, (cpus[0], cpus[-1]))) if len(cpus) > 1
+                                        else cpus[0]) in flat, flat
+    threads = max(1, len(cpus) // n)
+    assert 'openblas {} thread'.format(threads) in _row(res.stdout, 'thread pools'), res.stdout
+    assert 'set by chainermn: {} CPUs for {} ranks'.format(len(cpus), n) in flat, flat
+
+
+def test_ranks_bound_to_one_cpu_are_reported_and_the_user_setting_shown():
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})  # a node of one CPU: mpiexec and its ranks run on it
+    try:
+        res = run_mpi(['-m', 'chainermn_tools', 'doctor', '--no-cuda-aware-check', '--no-links'], 2,
+                      timeout=300, env=_env(CHAINERMN_THREADS='1'))
+    finally:
+        os.sched_setaffinity(0, before)
+    assert not res.timed_out and res.returncode == 0, res.stdout + res.stderr
+    flat = _flat(res.stdout)
+    assert ' WARN ' in _row(res.stdout, 'cores / ranks') and 'oversubscribed: 2 ranks (0-1) share 1 CPU' in flat
+    assert 'ranks 0-1: CPUs {}'.format(min(before)) in flat and 'set by CHAINERMN_THREADS=1' in flat, flat
+    assert '-bind-to core' in flat and 'srun --cpu-bind=cores' in flat, flat  # what to do
+    # The same warning once for the job, at communicator creation (rank 0).
+    assert res.stderr.count('oversubscribed: 2 ranks (0-1) share 1 CPU') == 1, res.stderr
+
+
+def test_cpu_rows_units():
+    from chainermn_comm.threads import CpuFacts
+    from chainermn_tools.doctor import _cpus
+    from chainermn_tools.doctor._report import OK, WARN
+
+    def rank(machine, host, mask, pools=(('openblas', 'pthreads', 1),), choice=(1, 'rule', 1, 1)):
+        return {'facts': CpuFacts(machine, host, mask, 4, None, False), 'pools': list(pools), 'choice': choice}
+    bound = [rank('m', 'a', 0b0001), rank('m', 'a', 0b0010), rank('n', 'b', 0b0011, choice=(None, 'OMP_NUM_THREADS', 2, 1))]
+    cores, affinity, pools = _cpus.cpu_rows(bound)
+    assert cores.status == OK and cores.detail == 'a: 2 CPUs (0-1), 2 ranks (0-1); b: 2 CPUs (0-1), 1 rank (2)'
+    assert affinity.detail == 'rank 0: CPUs 0; rank 1: CPUs 1; rank 2: CPUs 0-1'
+    assert pools.detail == ('ranks 0-1: openblas 1 thread (pthreads); set by chainermn: 1 CPU for 1 rank; '
+                            'rank 2: openblas 1 thread (pthreads); left as OMP_NUM_THREADS sets them')
+    same = [rank('m', 'a', 0b0001), rank('m', 'a', 0b0001), rank('m', 'a', 0b0110)]
+    cores = _cpus.cpu_rows(same)[0]
+    assert cores.status == WARN and 'ranks 0-1 are bound to the same CPU (0) on a' in cores.detail, cores
 
 
 def test_no_links_skips_the_measurement():

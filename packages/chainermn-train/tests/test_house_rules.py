@@ -92,7 +92,7 @@ def test_overlap_mode_setting(monkeypatch, value, mode):
 
 
 def test_checkpoint_flags_through_settings(monkeypatch):
-    from chainermn_train.extensions import _checkpoint_policy as policy
+    from chainermn_train.checkpoint import _policy as policy
     monkeypatch.setenv(protocol.START_FRESH_ENV, 'yes')
     assert policy.start_fresh(None) is True and policy.start_fresh(False) is False
     monkeypatch.setenv(protocol.START_FRESH_ENV, 'later')

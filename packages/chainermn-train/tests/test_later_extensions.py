@@ -5,7 +5,7 @@ import os
 import pytest
 
 from chainermn_comm.testing import run_pytest_under_mpi
-from chainermn_train.extensions._multi_node_snapshot import parse_replica_sets
+from chainermn_train.checkpoint._multi_node_snapshot import parse_replica_sets
 
 HERE = os.path.dirname(__file__)
 

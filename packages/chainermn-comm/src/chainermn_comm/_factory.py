@@ -3,7 +3,7 @@
 import warnings
 
 from chainermn_comm import _gpu_support
-from chainermn_comm import settings
+from chainermn_comm import settings, spelling
 
 __all__ = ['create_communicator', 'COMMUNICATOR_NAMES', 'CPUModeWarning']
 
@@ -47,8 +47,8 @@ def create_communicator(communicator_name=_DEFAULT, mpi_comm=None, allreduce_gra
     settings.check_environment()
     name = communicator_name
     if not isinstance(name, str) or name not in COMMUNICATOR_NAMES:
-        raise ValueError('unknown communicator name {!r}; valid names are: {}'.format(
-            name, ', '.join(COMMUNICATOR_NAMES)))
+        raise ValueError('unknown communicator name {!r}.{} Valid names are: {}'.format(
+            name, spelling.did_you_mean(name, COMMUNICATOR_NAMES), ', '.join(COMMUNICATOR_NAMES)))
     if mpi_comm is None:
         from chainermn_comm._mpi_library import MPI
         mpi_comm = MPI.COMM_WORLD

@@ -4,12 +4,13 @@ import functools
 
 import numpy
 
-from chainermn_comm import _arrays, _finalize, _topology, trace
+from chainermn_comm import _arrays, _finalize, _topology, threads, trace
 from chainermn_comm.reduce import dtypes as _dtypes
 from chainermn_comm.reduce import node_shared as _shm_reduce
 from chainermn_comm.reduce import wire as _wire
 from chainermn_comm._errors import CommunicationError
 from chainermn_comm.reduce.model_collectives import ModelCollectives
+from chainermn_comm._objects import ObjectCalls, SendFailed
 from chainermn_comm.reduce.wire import FUSED_KINDS as _FUSED_KINDS
 from chainermn_comm.reduce.wire import MAX_PIECE as _MAX_PIECE
 from chainermn_comm.reduce.wire import OBJ_OPS as _OBJ_OPS
@@ -25,7 +26,7 @@ from chainermn_comm.guard import PAYLOAD_BYTES, CallGuard, stable_code
 
 __all__ = ['MpiCommunicatorBase', 'ArrayMessage', 'op_name']
 
-class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
+class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
     """Communicator whose every method runs over MPI on host memory.
 
     Arrays from CuPy are staged through host memory; GPU communicators override
@@ -48,6 +49,7 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
         self._rank = mpi_comm.Get_rank()
         self._size = mpi_comm.Get_size()
         self._topology = _topology.detect_topology(mpi_comm)
+        threads.size_thread_pools(mpi_comm)  # BLAS/OpenMP pools: this rank's share of its CPUs
         self.allreduce_grad_dtype = _dtypes.validate_grad_dtype(allreduce_grad_dtype)
         self.batched_copy = bool(batched_copy)
         self._init_kwargs = dict(allreduce_grad_dtype=allreduce_grad_dtype,
@@ -125,22 +127,28 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
         except (TypeError, ValueError) as e:
             return None, e
 
-    def _rooted(self, name, root, problem=None):
+    def _rooted(self, name, root, problem=None, sig=()):
         """Return (``root`` as an int or None, the guard of collective ``name`` from ``root``).
 
-        The ranks agree on the call and its root first; a rank whose root (or other argument:
-        ``problem``) is invalid joins that check with an 'invalid input' signature and raises
-        there, so that every rank fails together instead of the others waiting for it.
+        The ranks agree on the call, its root and ``sig`` (more arguments that must agree)
+        first; a rank whose root (or other argument: ``problem``) is invalid joins that check
+        with an 'invalid input' signature and raises there, so that every rank fails together
+        instead of the others waiting for it.
         """
         root, bad = self._root_arg(root)
-        return root, self._guard(name, (('root', root),), problem=bad or problem)
+        return root, self._guard(name, (('root', root),) + tuple(sig), problem=bad or problem)
 
     def _max_buf_len_problem(self, max_buf_len):
         """Return the error for an invalid ``max_buf_len`` of ``bcast``, or None."""
-        if max_buf_len is not None and int(max_buf_len) <= 0:
-            return ValueError('rank {}: max_buf_len must be positive; got {}'.format(
-                self._rank, max_buf_len))
+        if max_buf_len is None:
+            return None
+        if isinstance(max_buf_len, bool) or not isinstance(max_buf_len, (int, numpy.integer)) \
+                or max_buf_len <= 0:
+            return ValueError('rank {}: max_buf_len must be a positive int (bytes per piece) or '
+                              'None; got {!r}'.format(self._rank, max_buf_len))
         return None
+
+
 
     def _host_array(self, x, what):
         """Return ``x`` as a contiguous host array or raise TypeError naming ``what``."""
@@ -211,12 +219,6 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
                     'dtype {} but got {}; sender and receiver are out of step'.format(
                         self._rank, source, tag, piece.size, spec[0], spec[1], got))
 
-    def send_obj(self, obj, dest, tag):
-        dest = self._check_rank(dest, 'dest')
-        tag = self._check_tag(tag)
-        with self._guard('send_obj', (), collective=False, dest=dest, tag=tag):
-            self._pkl.send(obj, dest=dest, tag=tag)
-
     def recv_obj(self, source, status=None, tag=None):
         """Receive a picklable object from ``source``; ``tag`` None (or ``MPI.ANY_TAG``) takes any tag.
 
@@ -234,6 +236,8 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
         st = status if status is not None else MPI.Status()
         with self._guard('recv_obj', (), collective=False, source=source, tag=tag):
             obj = self._pkl.recv(source=source, tag=tag, status=st)
+        if isinstance(obj, SendFailed):
+            raise CommunicationError(obj.message)
         if isinstance(obj, ArrayMessage):
             # Consume the array bytes that follow the header so the sender is not left blocked
             # and the next message from this peer is read correctly.
@@ -248,7 +252,10 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
 
     # -- collectives on arrays ------------------------------------------------
     def bcast(self, data, max_buf_len=None, root=0):
-        root, call = self._rooted('bcast', root, self._max_buf_len_problem(max_buf_len))
+        # The pieces of the broadcast follow max_buf_len: the ranks must agree on it.
+        problem = self._max_buf_len_problem(max_buf_len)
+        root, call = self._rooted('bcast', root, problem, sig=() if problem or max_buf_len is None
+                                  else (('max_buf_len', int(max_buf_len)),))
         with call:
             if self._rank == root:
                 try:
@@ -397,29 +404,15 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
             self._mpi_comm.Allreduce(src.astype(numpy.float32), wide, mpi_op)
             out[...] = wide
 
-    # -- collectives on objects ---------------------------------------------
-    def bcast_obj(self, obj, max_buf_len=None, root=0):
-        root, call = self._rooted('bcast_obj', root)
-        with call:
-            return self._pkl.bcast(obj, root=root)
-
-    def gather_obj(self, obj, root=0):
-        root, call = self._rooted('gather_obj', root)
-        with call:
-            return self._pkl.gather(obj, root=root)
-
-    def allgather_obj(self, obj):
-        """Gather a picklable object of every process on every process (a list)."""
-        with self._guard('allgather_obj', ()):
-            return self._pkl.allgather(obj)
-
+    # -- collectives on objects (bcast_obj, gather_obj, allgather_obj: ObjectCalls)
     def allreduce_obj(self, obj, op='sum'):
         problem = None
         if op not in _OBJ_OPS:
             problem = ValueError('rank {}: unsupported allreduce_obj op {!r}; use one of {}'.format(
                 self._rank, op, ', '.join(sorted(_OBJ_OPS))))
-        with self._guard('allreduce_obj', (('op', op),), problem=problem):
-            objs = self._pkl.allgather(obj)
+        pickled, bad = self._prepickle(obj, 'allreduce_obj(op={!r})'.format(op))
+        with self._guard('allreduce_obj', (('op', op),), problem=problem or bad):
+            objs = self._pkl.allgather(pickled)
         return functools.reduce(_OBJ_OPS[op], objs)
 
     # -- communicator management -----------------------------------------------
@@ -437,6 +430,9 @@ class MpiCommunicatorBase(ModelCollectives, CommunicatorBase):
     def finalize(self):
         if isinstance(self._guard, _finalize.FinalizedGuard):
             return
+        # First tell the other ranks: one that waits in a call this rank will never join ends
+        # the job instead of waiting for the watchdog (the frees below are collective too).
+        self._guard.leave('called finalize()')
         self._release()
         guard, self._guard = self._guard, _finalize.FinalizedGuard(self)
         _finalize.close_guard(guard)

@@ -12,6 +12,9 @@ here, never from comm's underscore modules (a test walks the sources for that).
 - :func:`guarded_call`: run a blocking call of a sibling package under a communicator's guard
   (agreement check, stall report, watchdog); a no-op for a raw mpi4py communicator.
 - :func:`nccl_dtype`: the NCCL data type of a NumPy dtype, or None (imports CuPy).
+- :func:`mark_next_collective`, :func:`collective_marks`: let one int per rank ride on the
+  agreement check of a communicator's next collective call (no message of its own), and read
+  every rank's; :func:`rank_hosts`: every rank's host, when the communicator knows them.
 - :class:`Tuner`, :func:`reducer_axes`, :func:`apply_reducer_config`, :func:`knobs_tunable`,
   :func:`is_auto`, :data:`WIRE_AUTO`: tune an average on the job's own calls, the same on every
   rank (``reduce.tune``); :func:`grad_dtype`: a communicator's wire now, ``'auto'`` resolved.
@@ -27,7 +30,8 @@ from chainermn_comm.reduce.tune import Tuner, apply_reducer_config, is_auto, kno
 
 __all__ = ['ChunkedReducer', 'NodeReducer', 'Pacer', 'detect_topology', 'fail_together',
            'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
-           'knobs_tunable', 'is_auto', 'WIRE_AUTO', 'grad_dtype']
+           'knobs_tunable', 'is_auto', 'WIRE_AUTO', 'grad_dtype', 'mark_next_collective',
+           'collective_marks', 'rank_hosts']
 
 
 def grad_dtype(communicator):
@@ -47,3 +51,27 @@ def nccl_dtype(dtype):
     """Return the NCCL data type of ``dtype``, or None when NCCL has none (imports CuPy lazily)."""
     from chainermn_comm.gpu._nccl import nccl_dtype as impl
     return impl(dtype)
+
+
+def mark_next_collective(communicator, word):
+    """Let ``word`` (an int) ride on ``communicator``'s next collective call; return whether it can.
+
+    It rides in the agreement check's all-gathered record (communicators of at most 64 ranks
+    with the default check): no message of its own.  Where it returns False (other
+    communicators, ``CHAINERMN_CHECK=0``, ``CHAINERMN_DEBUG=1``, one rank) the caller exchanges
+    the word itself; that answer is the same on every rank.
+    """
+    guard = getattr(communicator, '_guard', None)
+    mark = getattr(guard, 'mark', None)
+    return bool(mark(word)) if mark is not None else False
+
+
+def collective_marks(communicator):
+    """Return every rank's word (a list in rank order) from the last collective that carried marks."""
+    return getattr(getattr(communicator, '_guard', None), 'marks', None)
+
+
+def rank_hosts(communicator):
+    """Return every rank's host name (a list in rank order), or None when the communicator does not know them."""
+    hosts = getattr(getattr(communicator, '_guard', None), 'hosts', None)
+    return list(hosts) if hosts is not None else None

@@ -1,20 +1,24 @@
-"""Abort the whole MPI job when one rank dies of an uncaught Python exception.
+"""Abort the whole MPI job when one rank dies of an uncaught Python exception or a non-zero exit.
 
 Use ``chainermn.global_except_hook.add_hook()``, or set
 ``CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1`` (checked when chainermn is imported), or run
-``python -m mpi4py script.py``.
+``python -m mpi4py script.py``.  With the hook, ``sys.exit(n)`` with a non-zero ``n`` on one
+rank also aborts the job (``SystemExit`` never reaches ``sys.excepthook``, so the hook notes the
+status that ``sys.exit`` is called with and aborts at exit), and the job's exit status is ``n``.
 """
 
+import atexit
 import os
 import sys
 import threading
 import time
 
 from chainermn_comm import settings
+from chainermn_comm.guard import exit_status
 from chainermn_comm.log import get_logger
 from chainermn_comm.protocol import FORCE_ABORT_ENV
 
-__all__ = ['add_hook', 'remove_hook', 'FORCE_ABORT_ENV', 'EXIT_STATUS']
+__all__ = ['add_hook', 'remove_hook', 'abort_on_exit_status', 'FORCE_ABORT_ENV', 'EXIT_STATUS']
 
 #: Status passed to MPI_Abort after an uncaught exception.
 EXIT_STATUS = 1
@@ -23,7 +27,7 @@ EXIT_STATUS = 1
 #: forwarded yet when the job is aborted, which would lose the traceback and the rank.
 FLUSH_GRACE_S = 0.5
 
-_state = {'sys': None, 'threading': None}
+_state = {'sys': None, 'threading': None, 'atexit': False}
 _log = get_logger('global_except_hook')
 
 
@@ -40,8 +44,8 @@ def _rank():
 def _abort(exc_type, exc_value, exc_tb, previous):
     try:
         previous(exc_type, exc_value, exc_tb)
-        _log.critical('uncaught %s on rank %s; calling MPI_Abort() to stop all ranks.',
-                      exc_type.__name__, _rank())
+        _log.critical('uncaught %s on rank %s; calling MPI_Abort(%d) to stop all ranks.',
+                      exc_type.__name__, _rank(), EXIT_STATUS)
         sys.stderr.flush()
         sys.stdout.flush()
         started = time.monotonic()
@@ -82,13 +86,56 @@ def _thread_hook(args):
 
 
 def add_hook():
-    """Install the hook: an uncaught exception in any thread prints and aborts the MPI job."""
+    """Install the hook: an uncaught exception in any thread, or ``sys.exit(n)`` with ``n`` != 0
+    in the main thread, prints and aborts the MPI job."""
     if _state['sys'] is not None:
         return
     _state['sys'] = sys.excepthook
     _state['threading'] = threading.excepthook
     sys.excepthook = _sys_hook
     threading.excepthook = _thread_hook
+    exit_status.install()
+    if not _state['atexit']:
+        _state['atexit'] = True
+        atexit.register(_at_exit)
+
+
+def abort_on_exit_status(status):
+    """With the hook installed, abort the job with ``status`` (non-zero) and return True; else False.
+
+    Called at program exit after ``sys.exit(status)``.
+    """
+    if _state['sys'] is None or not status:
+        return False
+    try:
+        from mpi4py import MPI
+        if not MPI.Is_initialized() or MPI.Is_finalized():
+            return False
+    except Exception:
+        return False
+    try:
+        _log.critical('sys.exit(%d) on rank %s; calling MPI_Abort(%d) to stop all ranks.', status,
+                      _rank(), status)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        started = time.monotonic()
+        _flush_trace()
+        time.sleep(max(0.0, FLUSH_GRACE_S - (time.monotonic() - started)))
+    finally:
+        try:
+            MPI.COMM_WORLD.Abort(status)
+        finally:
+            os._exit(status)
+
+
+def _at_exit():
+    """Abort the job when the program ends with a non-zero status that ``sys.exit`` was given."""
+    try:
+        status = exit_status.exit_called()
+        if status:  # an uncaught exception was aborted by the hook already
+            abort_on_exit_status(status)
+    except Exception:
+        pass
 
 
 def remove_hook():

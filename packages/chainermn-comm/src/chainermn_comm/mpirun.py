@@ -43,6 +43,8 @@ def run_mpi(args, n, timeout=120, env=None, cwd=None, mpiexec_args=(), python=Tr
     """Run ``[python] args...`` under ``mpiexec -n n``; return an MpiResult, killing all ranks on timeout.
 
     ``on_start(proc)`` is called once the launcher runs (e.g. to send signals from a test).
+    ``env`` adds to this process's environment; a value None removes that variable (e.g.
+    ``{'CHAINERMN_TIMEOUT': None}`` runs the job with the default watchdog timeout).
     """
     cmd = [find_mpiexec(), '-n', str(n)] + list(mpiexec_args)
     if python:
@@ -52,8 +54,11 @@ def run_mpi(args, n, timeout=120, env=None, cwd=None, mpiexec_args=(), python=Tr
     full_env.setdefault('PYTHONUNBUFFERED', '1')
     # Fail fast instead of waiting for the default 30-minute watchdog.
     full_env.setdefault(TIMEOUT_ENV, str(max(10, int(timeout) - 5)))
-    if env:
-        full_env.update({k: str(v) for k, v in env.items()})
+    for k, v in (env or {}).items():
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = str(v)
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env,
                             cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL)

@@ -1,14 +1,16 @@
 """Write files safely and trust only what this user owns: the one writer and checker of the project.
 
 Every file chainermn writes (snapshots, trace parts, the merged trace, lock files, the launcher's
-status file, the cluster registry) goes through :func:`atomic_write` or :func:`open_lock`:
+status file, the cluster registry) goes through :func:`atomic_write` or :func:`open_lock` (or,
+for a log that another process appends to, :func:`open_new`):
 
 - the bytes go to a new file made with ``O_CREAT|O_EXCL|O_NOFOLLOW`` under an unpredictable name
   in the target directory (``tempfile.mkstemp``), so a name planted by someone else (a symlink, a
   file, a FIFO) is never followed, reused or written through;
 - the file is ``fsync``-ed, renamed over the final name (``os.replace`` replaces a planted symlink
   itself, never its target) and the directory is ``fsync``-ed;
-- its mode comes from the umask (``0o666 & ~umask``), never wider than asked.
+- its mode comes from the umask (``0o644 & ~umask`` by default: never writable by group or others,
+  since chainermn refuses to read state files that others can write), never wider than asked.
 
 Every directory and file chainermn reads state from is checked first (:func:`check_directory`,
 :func:`open_trusted`): a directory owned by another user or writable by other users (sticky or
@@ -31,8 +33,9 @@ import tempfile
 from chainermn_comm.protocol import TRUST_SHARED_ENV
 
 __all__ = ['UntrustedPathError', 'TRUST_SHARED_ENV', 'atomic_write', 'write_bytes', 'write_text',
-           'open_lock', 'fsync_dir', 'current_umask', 'check_directory', 'check_file',
-           'open_trusted', 'shared_allowed', 'describe_owner']
+           'open_lock', 'open_new', 'fsync_dir', 'current_umask', 'check_directory', 'check_file',
+           'open_trusted', 'shared_allowed', 'describe_owner', 'make_directory', 'remove_own',
+           'is_own_file']
 
 _FIX = ('Use a directory that only you can write (for example `mkdir -m 700 DIR`), or, if you '
         'really share it with people you trust, set {}=1.'.format(TRUST_SHARED_ENV))
@@ -79,7 +82,7 @@ def fsync_dir(path):
 
 
 @contextlib.contextmanager
-def atomic_write(path, mode=0o666, text=False):
+def atomic_write(path, mode=0o644, text=False):
     """Yield a new file that replaces ``path`` atomically when the block ends without an error.
 
     The file is made exclusively (no-follow, unpredictable name) in ``path``'s directory, written,
@@ -105,14 +108,14 @@ def atomic_write(path, mode=0o666, text=False):
     fsync_dir(directory)
 
 
-def write_bytes(path, data, mode=0o666):
+def write_bytes(path, data, mode=0o644):
     """Write ``data`` (bytes) to ``path`` through :func:`atomic_write`; return its length."""
     with atomic_write(path, mode=mode) as f:
         f.write(data)
     return len(data)
 
 
-def write_text(path, text, mode=0o666):
+def write_text(path, text, mode=0o644):
     """Write ``text`` to ``path`` through :func:`atomic_write`."""
     with atomic_write(path, mode=mode, text=True) as f:
         f.write(text)
@@ -144,6 +147,60 @@ def open_lock(path, mode=0o644, allow_shared=None):
         os.close(fd)
         raise
     return fd
+
+
+def open_new(path, mode=0o666):
+    """Return a write-only, appending file descriptor of a new file ``path`` (a log another process writes).
+
+    Made exclusively and never through a symlink (``FileExistsError`` if anything is at ``path``);
+    its mode is ``mode & ~umask``.
+    """
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+             | getattr(os, 'O_CLOEXEC', 0))
+    return os.open(path, flags, mode & ~current_umask() & 0o777)
+
+
+def make_directory(path, what='directory', allow_shared=None):
+    """Create ``path`` (and its parents) if missing, then :func:`check_directory` it.
+
+    Every directory made here (parents included) gets the umask's mode without group or other
+    write (``0o755 & ~umask``), so that it passes the check even under a umask of 0.
+    """
+    missing = []
+    here = os.path.abspath(path)
+    while not os.path.lexists(here):
+        missing.append(here)
+        here = os.path.dirname(here)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:   # made meanwhile (another rank): checked below like any other
+            pass
+    check_directory(path, what, allow_shared=allow_shared)
+
+
+def is_own_file(path):
+    """Return whether ``path`` itself (never what a link points to) is a regular file of this user."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def remove_own(path):
+    """Remove ``path`` if it is a regular file of this user; return whether it was removed.
+
+    Links, directories, FIFOs and other users' files are left alone (never followed): only what
+    this user wrote is ever deleted.
+    """
+    if not is_own_file(path):
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def describe_owner(uid):

@@ -16,7 +16,8 @@ import warnings
 
 from chainermn_comm.protocol import VARIABLES
 
-__all__ = ['read', 'is_set', 'check_environment', 'UnknownVariableWarning', 'TRUE_WORDS', 'FALSE_WORDS', 'TEST_PREFIX']
+__all__ = ['read', 'is_set', 'check_environment', 'in_bounds', 'describe_values',
+           'UnknownVariableWarning', 'TRUE_WORDS', 'FALSE_WORDS', 'TEST_PREFIX']
 
 TRUE_WORDS = ('1', 'true', 'yes', 'on')
 FALSE_WORDS = ('0', 'false', 'no', 'off')
@@ -35,16 +36,38 @@ def _takes(var):
     if var.kind == 'choice':
         return 'one of {}'.format(', '.join(var.choices))
     what = 'an integer' if var.kind == 'int' else 'a number'
-    if var.minimum is not None:
+    if var.minimum is not None and var.maximum is not None:
+        what += ' from {} to {}'.format(var.minimum, var.maximum)
+    elif var.minimum is not None:
         what += ' >= {}'.format(var.minimum)
+    elif var.maximum is not None:
+        what += ' <= {}'.format(var.maximum)
+    if var.off is not None:
+        what += ', or {} for off'.format(var.off)
     return what
+
+
+def in_bounds(var, number):
+    """Return whether ``number`` is a value ``var`` takes: within its bounds, or its 'off' value."""
+    if var.off is not None and number == var.off:
+        return True
+    if var.minimum is not None and not number >= var.minimum:
+        return False
+    if var.maximum is not None and not number <= var.maximum:
+        return False
+    return number == number  # NaN is never a setting
+
+
+def describe_values(name):
+    """Return what variable ``name`` takes, e.g. 'a number >= 1, or 0 for off' (for other messages)."""
+    return _takes(VARIABLES[name])
 
 
 def _fail(var, raw):
     default = '' if var.default in (None, '') else ' ({})'.format(var.default)
     raise ValueError('{}={!r} is not understood: it takes {} ({}). Set it to such a value, or '
-                     'unset it for the default{}.'.format(var.name, raw, _takes(var), var.meaning,
-                                                          default))
+                     'unset it for the default{}.'.format(var.name, raw, _takes(var),
+                                                          var.meaning, default))
 
 
 def _parse(var, raw):
@@ -67,7 +90,7 @@ def _parse(var, raw):
             number = int(value) if var.kind == 'int' else float(value)
         except ValueError:
             _fail(var, raw)
-        if var.minimum is not None and not number >= var.minimum:
+        if not in_bounds(var, number):
             _fail(var, raw)
         return number
     return value

@@ -73,6 +73,22 @@ def test_unknown_name_lists_valid_names():
             assert name in str(err)
 
 
+
+def test_misspelt_names_get_a_suggestion():
+    # Issue 44: a name that does not exist names the closest one that does (on every rank).
+    for bad, good in (('hierachical', 'hierarchical'), ('NAIVE', 'naive'), ('pure-nccl', 'pure_nccl'),
+                      ('two_dim', 'two_dimensional')):
+        expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator(bad),
+                          "unknown communicator name {!r}. Did you mean {!r}?".format(bad, good))
+    err = expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator('zzz'))
+    assert 'Did you mean' not in str(err)
+    for bad, good in (('flaot16', 'float16'), ('bf16', 'bfloat16'), ('atuo', 'auto')):
+        expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator(
+            'naive', allreduce_grad_dtype=bad), "got {!r}. Did you mean {!r}?".format(bad, good))
+    err = expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator(
+        'naive', allreduce_grad_dtype=numpy.int32), 'allreduce_grad_dtype')
+    assert 'Did you mean' not in str(err)
+
 @pytest.mark.skipif(_gpu_support.gpu_available(), reason='a GPU is available here')
 @pytest.mark.parametrize('name', ['flat', 'hierarchical', 'two_dimensional', 'single_node',
                                   'pure_nccl', 'non_cuda_aware'])
@@ -533,6 +549,22 @@ def test_mean_grad_zero_fill_one_rank_without_grad(comm):
     model.l2.W.grad = None
     comm.allreduce_grad(model, zero_fill=False)
     assert model.l2.b.grad is None and model.l2.W.grad is None
+
+
+def test_mean_grad_takes_a_shared_parameter_once(comm):
+    """A link registered under two names is averaged once: twice would divide its sum twice."""
+    big = L.Linear(256, 300)    # W: 300 KiB of float32, all-reduced in place
+    small = L.Linear(3, 2)      # packed with others
+    model = chainer.Chain()
+    with model.init_scope():
+        model.a, model.b, model.c, model.d = big, big, small, small
+    params = [big.W, big.b, small.W, small.b]
+    for i, p in enumerate(params):
+        p.grad = numpy.full(p.array.shape, (comm.rank + 1) * (i + 1), dtype=p.array.dtype)
+    comm.multi_node_mean_grad(model)
+    mean = sum(r + 1 for r in range(comm.size)) / comm.size
+    for i, p in enumerate(params):
+        assert_same(p.grad, numpy.full(p.array.shape, mean * (i + 1), dtype=p.array.dtype))
 
 
 @pytest.mark.parametrize('grad_dtype', [numpy.float16, numpy.float64, 'float32'])

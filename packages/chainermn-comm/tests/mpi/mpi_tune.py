@@ -9,6 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import chainermn_comm
+from chainermn_comm.reduce import schedule as _schedule
 from chainermn_comm.reduce import tune as _tune
 from chainermn_comm._errors import CommunicationError
 
@@ -66,6 +67,19 @@ def test_a_first_call_that_paid_for_its_buffers_is_timed_again():
     assert tuner.choice == {'x': 'b'} and calls == {'a': _tune.SAMPLES, 'b': _tune.SAMPLES, 'c': 1}
 
 
+def test_the_current_value_has_no_first_call_allowance():
+    # The current value ran before (the warm-up): 1.5x the best after one call is out at once,
+    # while a new value 1.5x the best gets a second call (it may have paid for its buffers).
+    calls = {'cur': 0, 'new': 0, 'fast': 0}
+
+    def seconds(cfg):
+        calls[cfg['x']] += 1
+        return {'cur': 1.5, 'new': 1.5, 'fast': 1.0}[cfg['x']]
+    tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('cur', 'new', 'fast'))], {'x': 'cur'})
+    _run(tuner, seconds)
+    assert tuner.choice == {'x': 'fast'} and calls == {'cur': 1, 'new': 2, 'fast': 2}, calls
+
+
 def test_a_challenger_must_win_by_the_margin():
     times = {'keep': 1.0, 'close': 1.0 - _tune.MARGIN / 2, 'far': 1.0 - 2 * _tune.MARGIN}
     tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('keep', 'close'))], {'x': 'keep'})
@@ -85,7 +99,9 @@ def test_axes_follow_each_other_and_skip_single_values():
     tuner = _tune.Tuner(COMM, 'test', [('x', lambda c: ('p', 'q')), ('none', lambda c: ()), ('y', second)],
                         {'x': 'p', 'y': 1})
     _run(tuner, lambda cfg: {'p': 2.0, 'q': 1.0}[cfg['x']] + cfg['y'])
-    assert order == [('second sees', 'q')]  # the next axis starts from the choice so far
+    # The next axis starts from the choice so far (and is looked at, to plan the calls left, with
+    # the leader of the axis before it).
+    assert order and set(order) == {('second sees', 'q')}, order
     assert tuner.choice == {'x': 'q', 'y': 1}
 
 
@@ -95,8 +111,8 @@ def test_rechecks_log_changes_once_and_trace(monkeypatch, caplog):
     fake.instant = lambda name, cat, args: events.append((name, cat, args))
     monkeypatch.setitem(sys.modules, 'chainermn_comm.trace', fake)
     monkeypatch.setattr(chainermn_comm, 'trace', fake, raising=False)
-    monkeypatch.setattr(_tune, 'RECHECK_FIRST', 12)
-    monkeypatch.setattr(_tune, 'RECHECK_EVERY', 10)
+    monkeypatch.setattr(_schedule, 'RECHECK_FIRST', 12)
+    monkeypatch.setattr(_schedule, 'RECHECK_EVERY', 10)
     caplog.set_level(logging.INFO, logger='chainermn.tune')
     fast = {'value': 'a'}
     tuner = _tune.Tuner(COMM, 'recheck', [('x', lambda c: _tune._first(c['x'], ('a', 'b')))], {'x': 'a'})
@@ -118,6 +134,47 @@ def test_rechecks_log_changes_once_and_trace(monkeypatch, caplog):
         assert logged == []
     assert [e[0] for e in events] == ['tune'] * 3 and [e[2]['changed'] for e in events] == [False, True, False]
     assert events[1][2]['choice'] == {'x': 'b'} and set(events[1][2]['ms']['x']) == {'a', 'b'}
+
+
+def test_a_schedule_ends_within_its_bound_and_never_times_a_loser_twice():
+    # Five axes of three values each would take 1 + 5 x 3 x SAMPLES calls; the bound is MAX_CALLS,
+    # the current choice is not timed again on the next axis, and a value more than DROP_FIRST x
+    # the best call seen so far is timed once.  Random times, the same on every rank.
+    assert _tune.MAX_CALLS == 10 and _tune.DROP_FIRST == 2.0
+    axes = [(name, lambda c, n=name: _tune._first(c[n], (0, 1, 2))) for name in 'abcde']
+    for seed in range(40):
+        rng = numpy.random.RandomState(seed)
+        cost = {(name, v): rng.choice([0.0, 0.05, 0.3, 1.5, 4.0]) for name in 'abcde' for v in range(3)}
+        tuner = _tune.Tuner(COMM, 'bound', axes, {n: 0 for n in 'abcde'})
+        timed = []
+
+        def seconds(cfg):
+            timed.append(tuple(sorted(cfg.items())))
+            return 1.0 + sum(cost[(n, v)] for n, v in cfg.items()) + 0.01 * rng.random_sample()
+        calls = _run(tuner, seconds)
+        assert calls <= _tune.MAX_CALLS and tuner.history[0][0] == calls, (seed, calls)
+        best = numpy.inf
+        for i, cfg in enumerate(timed):
+            t = 1.0 + sum(cost[kv] for kv in cfg)
+            if t > 2.0 * best + 0.02:
+                assert cfg not in timed[i + 1:], (seed, cfg)  # never timed again
+            best = min(best, t)
+        assert COMM.allgather(tuner.choice) == [tuner.choice] * COMM.Get_size()
+
+
+def test_the_current_choice_is_not_timed_again_and_axes_without_calls_left_keep_theirs(caplog):
+    caplog.set_level(logging.INFO, logger='chainermn.tune')
+    axes = [(name, lambda c, n=name: _tune._first(c[n], ('p', 'q', 'r'))) for name in 'abcdef']
+    tuner = _tune.Tuner(COMM, 'skip', axes, {n: 'p' for n in 'abcdef'})
+    timed = []
+    calls = _run(tuner, lambda cfg: timed.append(dict(cfg)) or 1.0)  # all equal: one round each
+    # Warm-up + 3 (axis a) + 2 each for b, c, d (their 'p' is the configuration timed already);
+    # e and f would need 2 more each: no calls left, they keep 'p'.
+    assert calls == 10 and len(timed) == 9 and timed.count({n: 'p' for n in 'abcdef'}) == 1
+    assert sorted(tuner.history[0][1]) == ['a', 'b', 'c', 'd'] and tuner.choice == {n: 'p' for n in 'abcdef'}
+    logged = [r.getMessage() for r in caplog.records if r.name == 'chainermn.tune']
+    if COMM.Get_rank() == 0:
+        assert len(logged) == 1 and '(10 calls)' in logged[0] and 'no calls left for: e, f' in logged[0]
 
 
 def test_ranks_that_would_tune_different_values_all_raise():

@@ -3,25 +3,37 @@
 import importlib
 import sys
 
-__all__ = ['COMMANDS', 'USAGE', 'main']
+from chainermn_comm.spelling import did_you_mean
+
+__all__ = ['COMMANDS', 'SUMMARIES', 'USAGE', 'main']
 
 #: Command -> the module whose ``main(argv)`` runs it (imported only when that command runs).
 COMMANDS = {
     'doctor': 'chainermn_tools.doctor',
-    'cluster': 'chainermn_tools.cluster._cli',
     'launch': 'chainermn_tools.launch',
+    'cluster': 'chainermn_tools.cluster._cli',
     'trace': 'chainermn_tools.trace',
 }
 
-USAGE = ('usage: python -m chainermn doctor [--timeout SECONDS] [--no-cuda-aware-check]\n'
-         '  doctor  check MPI, mpi4py, the launcher, collectives, CuPy/NCCL/GPUs and env vars\n'
-         '          (also under `mpiexec -n N python -m chainermn doctor`)\n'
-         '       python -m chainermn cluster --nodes N --ranks-per-node K [--link-gbit R] [--min-nodes M]\n'
-         '                                   -- COMMAND ARGS...\n'
-         '  cluster run an MPI job across N nodes made of Linux namespaces on this machine (root)\n'
-         '  launch  run an elastic job on the hosts of a hosts file (see `launch --help`)\n'
-         '       python -m chainermn trace DIR [--png PATH] [--no-png]\n'
-         '  trace   report where the time of a run recorded with CHAINERMN_TRACE=DIR went\n')
+#: Command -> what it does, in one line (``python -m chainermn --help``).
+SUMMARIES = {
+    'doctor': 'check MPI, the launcher, collectives, GPUs/NCCL and CHAINERMN_* (also under mpiexec)',
+    'launch': 'run an elastic job on a hosts file or Slurm allocation; restart on the hosts left',
+    'cluster': 'run an MPI job across nodes made of Linux namespaces on this machine (root)',
+    'trace': 'report where the time of a run recorded with CHAINERMN_TRACE=DIR went',
+}
+
+
+def _usage():
+    width = max(len(name) for name in COMMANDS)
+    lines = ['usage: python -m chainermn COMMAND [ARGS ...]', '', 'commands:']
+    lines += ['  {:<{}}  {}'.format(name, width, SUMMARIES[name]) for name in COMMANDS]
+    lines += ['', "A command's usage and options: python -m chainermn COMMAND --help",
+              '(e.g. python -m chainermn launch --help).']
+    return '\n'.join(lines) + '\n'
+
+
+USAGE = _usage()
 
 
 def main(argv=None):
@@ -31,6 +43,7 @@ def main(argv=None):
         sys.stdout.write(USAGE)
         return 0 if argv else 2
     if argv[0] not in COMMANDS:
-        sys.stderr.write('unknown command {!r}\n{}'.format(argv[0], USAGE))
+        sys.stderr.write('python -m chainermn: unknown command {!r}.{}\n\n{}'.format(
+            argv[0], did_you_mean(argv[0], COMMANDS), USAGE))
         return 2
     return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])

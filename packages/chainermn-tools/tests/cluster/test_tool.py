@@ -17,7 +17,7 @@ CLI = [sys.executable, '-m', 'chainermn_tools', 'cluster']
 
 def leftovers(prefix):
     """Everything named after cluster ``prefix`` that still exists on this machine."""
-    from chainermn_tools.cluster._registry import cluster_dir
+    from chainermn_tools.cluster._registry import SCRATCH_PARENT, cluster_dir
     found = []
     res = subprocess.run(['ip', 'netns', 'list'], stdout=subprocess.PIPE, text=True, check=True)
     found += ['netns ' + ln.split()[0] for ln in res.stdout.splitlines() if ln.startswith(prefix + '-')]
@@ -26,13 +26,14 @@ def leftovers(prefix):
             found += ['{} {}'.format(kind, n) for n in os.listdir(d) if n.startswith(prefix + '-')]
     if os.path.exists(os.path.join(cluster_dir(), prefix)):
         found.append('state dir ' + prefix)
+    found += ['scratch ' + n for n in os.listdir(SCRATCH_PARENT) if n.startswith('chainermn-{}-'.format(prefix))]
     found += ['holder {}'.format(p) for p in _holders(prefix)]
     return found
 
 
 def _holders(prefix):
     """Pids of processes started with a path of cluster ``prefix`` (its nodes' holders)."""
-    mark = '/{}/'.format(prefix).encode()
+    mark = '/chainermn-{}-'.format(prefix).encode()
     pids = []
     for p in os.listdir('/proc'):
         try:
@@ -46,7 +47,7 @@ def _holders(prefix):
 
 
 def prefix_in(text):
-    m = re.search(r'/(cmn[0-9a-f]{3})/local', text)
+    m = re.search(r'/chainermn-(cmn[0-9a-f]{3})-[a-z0-9_]{8}/local', text)
     assert m, 'the command did not report its cluster:\n' + text
     return m.group(1)
 
@@ -63,9 +64,8 @@ def test_cli_runs_ranks_on_every_node_and_cleans_up():
     assert res.returncode == 0, res.stdout + res.stderr
     prefix = prefix_in(res.stderr)
     got = sorted(re.findall(r'R=(\d) H=(node\d) L=(\S+)', res.stdout))
-    local = '{}/local'.format(prefix)
     assert [(r, h) for r, h, _ in got] == [('0', 'node0'), ('1', 'node0'), ('2', 'node1'), ('3', 'node1')]
-    assert all(lp.endswith(local) for _, _, lp in got), got
+    assert len({lp for _, _, lp in got}) == 1 and '/chainermn-{}-'.format(prefix) in got[0][2], got
     assert leftovers(prefix) == []
 
 
@@ -229,3 +229,16 @@ def test_context_manager_api(make_cluster):
     c.close()
     c.close()
     assert leftovers(prefix) == []
+
+
+def test_cli_binds_each_rank_to_a_cpu_of_its_own_where_the_cpus_suffice():
+    from chainermn_tools.cluster._hosts import core_slices
+    assert core_slices({0, 1, 2, 3}, 2, 2) == [[0, 1], [2, 3]]
+    assert core_slices({0, 1}, 2, 2) is None  # more ranks than CPUs: not bound (the OS balances them)
+    cpus = sorted(os.sched_getaffinity(0))
+    res = run_cli(['--nodes', '2', '--', 'sh', '-c', 'echo "R=$PMI_RANK $(taskset -pc $$)"'])
+    assert res.returncode == 0, res.stdout + res.stderr
+    masks = dict(re.findall(r'R=(\d) pid \d+.s current affinity list: (\S+)', res.stdout))
+    if len(cpus) >= 2:  # the nodes share this machine: each rank gets a CPU no other rank has
+        assert masks == {'0': str(cpus[0]), '1': str(cpus[1])}, res.stdout
+    assert leftovers(prefix_in(res.stderr)) == []

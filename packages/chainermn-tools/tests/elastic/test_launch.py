@@ -155,7 +155,11 @@ def test_a_repaired_host_rejoins_at_the_next_start(cluster):
                               '--max-restarts', '1')
     text = out + err
     assert status == 0, text
-    assert 'host nodeb left out' in err and 'starting 2 rank(s) on nodea\n' in err, text
+    # Both "hosts" are this machine: the probe counts its CPUs, and 2 ranks per host get a core each.
+    bound = '; one core per rank (-bind-to core)' if len(os.sched_getaffinity(0)) >= 2 else \
+        '; ranks not bound to cores (nodea: {} has fewer CPUs than --ranks-per-node 2)'.format(
+            len(os.sched_getaffinity(0)))
+    assert 'host nodeb left out' in err and 'starting 2 rank(s) on nodea{}\n'.format(bound) in err, text
     assert 'hosts dropped: none; added: nodeb; starting on 2 host(s): nodea, nodeb' in err, text
     assert out.count('finished with 4 rank(s)') == 4, text
 
@@ -225,3 +229,18 @@ def test_hosts_file_lines(tmp_path):
     path = tmp_path / 'hosts'
     path.write_text('# cluster\nnode1:4\n\nnode2  # spare\nnode1\n  node3 slots=2\n')
     assert read_hosts(str(path)) == ['node1', 'node2', 'node3']
+
+
+def test_ranks_are_bound_to_cores_only_where_every_host_has_enough():
+    import argparse
+    from chainermn_tools.launch import _binding
+    args = argparse.Namespace(ranks_per_node=4, bind_to='auto')
+    assert _binding(args, ['a', 'b'], {'a': 8, 'b': 4}) == (['-bind-to', 'core'],
+                                                            '; one core per rank (-bind-to core)')
+    assert _binding(args, ['a', 'b'], {'a': 8, 'b': 2}) == (
+        [], '; ranks not bound to cores (b: 2 has fewer CPUs than --ranks-per-node 4)')
+    assert _binding(args, ['a'], {})[0] == []   # no count from the probe: not bound
+    args.bind_to = 'core'
+    assert _binding(args, ['a'], {'a': 1})[0] == ['-bind-to', 'core']
+    args.bind_to = 'none'
+    assert _binding(args, ['a'], {'a': 64}) == ([], '; ranks not bound to cores')

@@ -31,9 +31,10 @@ esac
 
 FAKE_MPIEXEC = '''#!/bin/sh
 echo "$*" >> "%(dir)s/mpiexec.log"
-if [ "$1" = -hosts ] && [ "$3 $4 $5" = "-n 1 true" ] && [ -e "%(dir)s/down.$2" ]; then
+if [ "$1" = -hosts ] && [ "$3 $4 $5" = "-n 1 nproc" ] && [ -e "%(dir)s/down.$2" ]; then
   echo "srun: error: Unable to create step for job: Node $2 is DOWN" >&2; exit 1
 fi
+if [ "$3 $4 $5" = "-n 1 nproc" ]; then echo 4; fi
 exit 0
 '''
 
@@ -107,8 +108,9 @@ def test_launch_takes_hosts_and_ranks_from_the_allocation(fake):
     assert rc == 0, err
     assert 'host nodeb left out: probe exited with status 1: srun: error' in err
     runs = (tmp / 'mpiexec.log').read_text().splitlines()
-    assert sorted(runs[:2]) == ['-hosts nodea -n 1 true', '-hosts nodeb -n 1 true']
-    assert runs[2:] == ['-hosts nodea -ppn 2 -n 2 myjob arg']
+    assert sorted(runs[:2]) == ['-hosts nodea -n 1 nproc', '-hosts nodeb -n 1 nproc']
+    # The probe counts 4 CPUs on nodea: its 2 ranks get a core each.
+    assert runs[2:] == ['-bind-to core -hosts nodea -ppn 2 -n 2 myjob arg']
 
 
 def test_launch_requeries_the_allocation_at_a_restart(fake):
@@ -124,7 +126,7 @@ def test_launch_requeries_the_allocation_at_a_restart(fake):
     rc, err = _launch(env, '--min-nodes', '2', '--heartbeat', '0', '--mpiexec', str(mpiexec),
                       '--', str(job))
     assert rc == 0, err
-    runs = [r for r in (tmp / 'mpiexec.log').read_text().splitlines() if not r.endswith(' true')]
-    assert runs == ['-hosts nodea,nodeb -ppn 1 -n 2 {}'.format(job),
-                    '-hosts nodea,nodeb,nodec -ppn 1 -n 3 {}'.format(job)], err
+    runs = [r for r in (tmp / 'mpiexec.log').read_text().splitlines() if not r.endswith(' nproc')]
+    assert runs == ['-bind-to core -hosts nodea,nodeb -ppn 1 -n 2 {}'.format(job),
+                    '-bind-to core -hosts nodea,nodeb,nodec -ppn 1 -n 3 {}'.format(job)], err
     assert 'restart 1: hosts dropped: none; added: nodec' in err

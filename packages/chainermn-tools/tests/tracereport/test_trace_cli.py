@@ -108,4 +108,4 @@ def test_picture_of_many_ranks_and_threads(tmp_path):
 def test_usage_names_the_command():
     from chainermn_tools.cli import COMMANDS, USAGE
     assert COMMANDS['trace'] == 'chainermn_tools.trace'
-    assert 'python -m chainermn trace DIR' in USAGE
+    assert '  trace    report where the time of a run recorded with CHAINERMN_TRACE=DIR went' in USAGE

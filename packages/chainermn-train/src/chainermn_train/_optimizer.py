@@ -1,7 +1,7 @@
 """create_multi_node_optimizer: a Chainer optimizer whose updates use gradients averaged over ranks."""
 
 from chainermn_comm import hooks, trace
-from chainermn_train import _params
+from chainermn_train import _finite, _params
 
 __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 
@@ -9,7 +9,7 @@ __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 # wrapped optimizer.
 _OWN = frozenset([
     'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap', 'comm_hook',
-    '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked', '_mn_left',
+    '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked', '_mn_left', '_mn_finite',
 ])
 
 
@@ -37,7 +37,7 @@ class MultiNodeOptimizer:
     """
 
     def __init__(self, actual_optimizer, communicator, double_buffering=False, zero_fill=True,
-                 overlap=False, comm_hook=None):
+                 overlap=False, check_finite=None, comm_hook=None):
         if double_buffering and overlap:
             raise ValueError('create_multi_node_optimizer: double_buffering=True and overlap=True '
                              'cannot be combined; choose one')
@@ -47,6 +47,13 @@ class MultiNodeOptimizer:
                              'background thread and takes only the built-in wires as comm_hook '
                              '(Exact, Float16, BFloat16, Auto); got {!r}: use overlap=True or '
                              'neither'.format(comm_hook))
+        finite = _finite.resolve_mode(check_finite)
+        if finite is not None and (double_buffering or overlap):
+            if check_finite is not None:
+                raise ValueError('create_multi_node_optimizer: check_finite={!r} needs the plain '
+                                 'update (double_buffering=False, overlap=False): those average '
+                                 'gradients while or after they change'.format(check_finite))
+            finite = None  # $CHAINERMN_CHECK_FINITE applies where it can (docs/environment.md)
         d = self.__dict__
         d['actual_optimizer'] = actual_optimizer
         d['communicator'] = communicator
@@ -60,6 +67,7 @@ class MultiNodeOptimizer:
         d['_mn_double'] = None
         d['_mn_batch_checked'] = False
         d['_mn_left'] = None  # while tracing: when the last update returned (trace.now())
+        d['_mn_finite'] = None if finite is None else _finite.FiniteCheck(communicator, finite)
         if double_buffering:
             from chainermn_train._double_buffer import DoubleBufferingReducer
             d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill,
@@ -84,6 +92,12 @@ class MultiNodeOptimizer:
 
     def __repr__(self):
         return '<MultiNodeOptimizer of {!r} on {!r}>'.format(self.actual_optimizer, self.communicator)
+
+    @property
+    def skipped_updates(self):
+        """Updates skipped because a rank's gradient held NaN or Inf (``check_finite='skip'``)."""
+        finite = self._mn_finite
+        return 0 if finite is None else finite.skipped
 
     # -- Optimizer API --------------------------------------------------------------
     def setup(self, link):
@@ -151,8 +165,26 @@ class MultiNodeOptimizer:
             # parameters and skip this update rather than run the user's forward pass again.
             self._mn_bcast_params()
             return
+        finite = self._mn_finite
+        if finite is not None:
+            finite.before(target)
         self._mn_mean_grads(target)
+        if finite is not None and not self._mn_finite_ok(finite):
+            return
         self._mn_apply(on)
+
+    def _mn_finite_ok(self, finite):
+        """Return True when the update may go on; skip it or raise when a rank's gradient was not finite."""
+        opt = self.actual_optimizer
+        message = finite.after(int(opt.t))
+        if message is None:
+            return True
+        if finite.mode == 'raise':
+            raise FloatingPointError('rank {}: {} (check_finite=\'raise\')'.format(
+                self.communicator.rank, message))
+        finite.skip(message)
+        # Chainer's dynamic loss scaling skips the update itself and lowers the scale.
+        return bool(getattr(opt, '_loss_scaling_is_dynamic', False))
 
     def _mn_apply(self, on):
         """Run the wrapped optimizer's own update (a 'compute' event 'optimizer' while tracing)."""
@@ -243,7 +275,7 @@ class MultiNodeOptimizer:
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
-                                overlap=False, comm_hook=None):
+                                overlap=False, check_finite=None, comm_hook=None):
     """Create a multi-node optimizer from a Chainer optimizer.
 
     Args:
@@ -255,6 +287,11 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         zero_fill (bool): give parameters without a gradient a zero gradient so that every rank
             reduces the same arrays.
         overlap (bool): all-reduce gradients during backward (bucketed), then update.
+        check_finite (str): before each average, look for NaN/Inf in every rank's own gradient;
+            when some rank's holds any, every rank names that rank and parameter and ``'skip'``\s
+            the update (as loss scaling does) or ``'raise'``\s ``FloatingPointError``.
+            ``'off'``: no check; None: ``$CHAINERMN_CHECK_FINITE`` (default off: it reads every
+            gradient once more).  Needs the plain update (no double buffering or overlap).
         comm_hook: what averages the gradients (``chainermn.hooks``): None (the communicator's
             ``allreduce_grad_dtype``), a built-in hook (``hooks.Exact()``, ``hooks.Float16()``,
             ``hooks.BFloat16()``, ``hooks.Auto()``, ``hooks.PowerSGD(rank=4)``), a
@@ -266,4 +303,5 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         A :class:`MultiNodeOptimizer` that behaves like ``actual_optimizer``.
     """
     return MultiNodeOptimizer(actual_optimizer, communicator, double_buffering=double_buffering,
-                              zero_fill=zero_fill, overlap=overlap, comm_hook=comm_hook)
+                              zero_fill=zero_fill, overlap=overlap, check_finite=check_finite,
+                              comm_hook=comm_hook)

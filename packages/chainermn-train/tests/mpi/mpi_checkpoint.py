@@ -17,8 +17,8 @@ import _common  # noqa: E402
 import _poison  # noqa: E402
 
 import chainermn_train  # noqa: E402
-from chainermn_train.extensions import _checkpoint_policy, _safe_npz  # noqa: E402
-from chainermn_train.extensions._checkpoint import CheckpointWarning, UnsafeCheckpointError  # noqa: E402
+from chainermn_train.checkpoint import _policy as _checkpoint_policy, _safe_npz  # noqa: E402
+from chainermn_train.checkpoint import CheckpointWarning, UnsafeCheckpointError  # noqa: E402
 
 ENV = 'CHAINERMN_ALLOW_PICKLE'
 
@@ -135,7 +135,10 @@ def test_trainer_round_trip_is_bitwise_with_none_values():
     # and saving the loaded trainer again writes the same arrays
     again = _shared_tmpdir(comm)
     fn2 = chainermn_train.create_multi_node_checkpointer('rt', comm, path=again).save(fresh)
-    _assert_bitwise(_safe_npz.read(fn)[0], _safe_npz.read(fn2)[0], 'file written after load')
+    first, second = _safe_npz.read(fn)[0], _safe_npz.read(fn2)[0]
+    run = _safe_npz.META_PREFIX + 'run'
+    assert first.pop(run)[()] == cp.run_id and second.pop(run)[()] != cp.run_id   # another run
+    _assert_bitwise(first, second, 'file written after load')
 
 
 # -- poisoned snapshots --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import _common  # noqa: E402
 
 import chainermn_train  # noqa: E402
 from chainermn_train.extensions import AllreducePersistent  # noqa: E402
-from chainermn_train.extensions._checkpoint import CheckpointWarning  # noqa: E402
+from chainermn_train.checkpoint import CheckpointWarning  # noqa: E402
 
 
 class Reporter(chainer.Link):
@@ -110,8 +110,11 @@ def test_checkpointer_save_load_gc_and_fallback():
     # gc after saves 2 and 4 keeps the newest 2; save 5 was added after
     assert cp.local_iterations() == [3, 4, 5]
     comm.mpi_comm.Barrier()   # every rank finished saving
-    assert sorted(os.listdir(path)) == sorted('run.{}.{}'.format(r, i) for r in range(comm.size)
-                                              for i in (3, 4, 5))
+    assert sorted(n for n in os.listdir(path) if not n.startswith('.')) == sorted(
+        'run.{}.{}'.format(r, i) for r in range(comm.size) for i in (3, 4, 5))
+    # and the job's owner records, one per rank (see _owner)
+    assert sorted(n for n in os.listdir(path) if n.startswith('.')) == sorted(
+        '.run.{}.owner'.format(r) for r in range(comm.size))
     stats = cp.get_stats()
     assert stats['saves'] == 5 and stats['files_removed'] == 2
 
@@ -222,3 +225,60 @@ def test_checkpoint_kept_after_failure_and_resumed():
     ref.run()
     for (n1, p1), (n2, p2) in zip(sorted(model2.namedparams()), sorted(ref_model.namedparams())):
         assert numpy.array_equal(p1.array, p2.array), n1
+
+
+class Running(chainer.Link):
+    """Reports the running sum of its inputs since ``reset_state`` (state kept across batches, like an RNN)."""
+
+    def __init__(self):
+        super().__init__()
+        self.reset_state()
+
+    def reset_state(self):
+        self.total = 0.0
+
+    def forward(self, x):
+        self.total += float(numpy.sum(x))
+        chainer.report({'running': self.total}, self)
+        return x
+
+
+class NoResetIterator(chainer.dataset.Iterator):
+    """An iterator without ``reset()`` (like Chainer's ptb ParallelSequentialIterator): copied per evaluation."""
+
+    def __init__(self, data, batch):
+        self.data, self.batch, self.pos = data, batch, 0
+
+    def __next__(self):
+        if self.pos >= len(self.data):
+            raise StopIteration
+        self.pos += self.batch
+        return self.data[self.pos - self.batch:self.pos]
+
+
+def test_evaluator_eval_hook_resets_state_on_every_rank():
+    """Issue 44 (docs/converting.md): ``Evaluator(eval_hook=...)`` under the multi-node evaluator."""
+    comm = _common.comm()
+    data = _uneven(comm, 2)   # sizes 2, 4, 6
+    target = Running()
+    calls = []
+
+    def hook(evaluator):
+        calls.append(evaluator)
+        target.reset_state()
+
+    ev = extensions.Evaluator(NoResetIterator(data, 2), target, eval_hook=hook,
+                              converter=lambda b, d=None: numpy.array(b))
+    ev = chainermn_train.create_multi_node_evaluator(ev, comm)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')   # Chainer's "does not have the reset method" deprecation
+        first, second = ev(), ev()
+    assert calls == [ev, ev]   # once per evaluation, on every rank
+    num = den = 0.0
+    for r in range(comm.size):
+        values = [10.0 * r + i for i in range(2 * (r + 1))]
+        sums = numpy.cumsum([values[i] + values[i + 1] for i in range(0, len(values), 2)])
+        num += len(values) * float(numpy.mean(sums))
+        den += len(values)
+    assert first['main/running'] == pytest.approx(num / den, rel=1e-12)
+    assert second['main/running'] == pytest.approx(num / den, rel=1e-12)   # the hook reset the state

@@ -204,3 +204,51 @@ def test_different_models_on_the_ranks_raise_everywhere():
                          str(e.value)), str(e.value)
     # The ranks are still in step: the same communicator works afterwards.
     assert comm.allreduce_obj(1) == comm.size
+
+
+class _TwoBatchUpdater(chainer.training.updaters.StandardUpdater):
+    """Like Chainer's ptb BPTTUpdater: add up the loss of two batches, backward once, update() once."""
+
+    def update_core(self):
+        iterator, optimizer = self.get_iterator('main'), self.get_optimizer('main')
+        loss = 0
+        for _ in range(2):
+            x, y = self.converter(next(iterator), self.device)
+            loss += F.mean_squared_error(optimizer.target(x), y)
+        optimizer.target.cleargrads()
+        loss.backward()
+        optimizer.update()
+
+
+@pytest.mark.parametrize('clip', [None, 1e-3])
+def test_custom_updater_and_hook_follow_one_process(clip):
+    """Issue 44 (docs/converting.md): a custom updater calling ``update()`` and a gradient hook.
+
+    GradientClipping is not linear: clipping each rank's own gradient before the average would
+    leave the trajectory of one process that clips the gradient of the global batch.
+    """
+    comm = _common.comm()
+    model = _common.make_model(100 + comm.rank)
+    ref = _common.make_model(100)
+    mopt = chainermn_train.create_multi_node_optimizer(chainer.optimizers.SGD(lr=0.1), comm)
+    mopt.setup(model)
+    ropt = chainer.optimizers.SGD(lr=0.1)
+    ropt.setup(ref)
+    if clip is not None:
+        mopt.add_hook(chainer.optimizer_hooks.GradientClipping(clip))
+        ropt.add_hook(chainer.optimizer_hooks.GradientClipping(clip))
+    mine, everyone = [], []
+    for x, y, gx, gy in _batches(comm.size, comm.rank, iters=6):
+        mine += list(zip(x, y))
+        everyone += list(zip(gx, gy))
+    updater = _TwoBatchUpdater(chainer.iterators.SerialIterator(mine, B, shuffle=False), mopt)
+    reference = _TwoBatchUpdater(chainer.iterators.SerialIterator(everyone, B * comm.size, shuffle=False),
+                                 ropt)
+    for k in range(3):
+        updater.update()
+        reference.update()
+        got, want = _common.params_of(model), _common.params_of(ref)
+        for name in want:
+            numpy.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12,
+                                          err_msg='clip {} update {} param {}'.format(clip, k, name))
+    assert mopt.t == ropt.t == 3

@@ -3,7 +3,9 @@
 - :mod:`.config`: timeout, stall threshold and check mode, from arguments and ``CHAINERMN_*``;
 - :mod:`.agreement`: do all ranks make the same collective call (fingerprints, or full
   signatures in debug mode)?  :mod:`.exit_check`: the debug mode's last check at program exit;
-- :mod:`.watchdog` and :mod:`.side_channel`: report stalled calls, abort hung jobs;
+- :mod:`.watchdog` and :mod:`.side_channel`: report stalled calls, declare frozen ranks gone,
+  abort hung jobs; :mod:`.departure` and :mod:`.exit_status`: the notice a rank sends as it ends,
+  and what a rank waiting for it does;
 - :mod:`.report`: the texts;
 - :mod:`.call`: :class:`CallGuard`, which ties them together per communicator.
 """

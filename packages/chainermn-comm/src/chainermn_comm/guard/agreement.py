@@ -2,9 +2,11 @@
 
 Default mode (``$CHAINERMN_CHECK`` unset or 1): entering a collective exchanges a 62-bit
 fingerprint ``fp`` of ``(name, key or sig)``.  On communicators of up to ``GATHER_MAX_RANKS``
-ranks every rank all-gathers a fixed 80-byte record, ``fp`` plus up to ``PAYLOAD_BYTES`` of the
-call's own data plus one word for live straggler detection (:mod:`.straggler`: microseconds
-since the rank left its previous collective): a small all-reduce hands its array in
+ranks every rank all-gathers a fixed 88-byte record, ``fp`` plus up to ``PAYLOAD_BYTES`` of the
+call's own data plus one word a caller may set for the next call (:meth:`Agreement.mark`: e.g.
+the multi-node optimizer's finite check) plus one word for live straggler detection
+(:mod:`.straggler`: microseconds since the rank left its previous collective): a small
+all-reduce hands its array in
 (``payload=``), finds every rank's array in the check's result and reduces them locally in rank
 order, so it costs one message, not two.
 On larger communicators it all-reduces ``[fp, -fp]`` with ``MPI.MAX``.  Either way every rank
@@ -30,8 +32,8 @@ _FP_MASK = (1 << 62) - 1
 GATHER_MAX_RANKS = 64
 #: Bytes of a call's data that ride in the check's record.
 PAYLOAD_BYTES = 64
-#: Record words: the fingerprint, the payload, the arrival word (last).
-_REC_WORDS = 1 + PAYLOAD_BYTES // 8 + 1
+#: Record words: the fingerprint, the payload, the mark word, the arrival word (last).
+_REC_WORDS = 1 + PAYLOAD_BYTES // 8 + 1 + 1
 
 _codes = {}
 
@@ -80,6 +82,7 @@ class _Records:
         self.all = numpy.zeros((size, _REC_WORDS), numpy.int64)
         self.all_fp = self.all[:, 0]
         self.all_since = self.all[:, -1]
+        self.all_marks = self.all[:, -2]
         self.all_bytes = self.all.view(numpy.uint8)
         self._views = {}  # (dtype, shape) -> (view of my record, views of every rank's record)
 
@@ -126,10 +129,26 @@ class Agreement:
             hosts = list(hosts) if hosts is not None else mpi_comm.allgather(host)
             if rank == 0:
                 self.detector = straggler.Detector(hosts)
+        #: Whether this rank set a mark for the next gathered check; every rank's marks after it.
+        self.marked = False
+        self.marks = None
         # array.array: item access costs a fraction of NumPy's on this per-call path.
         self._header = array.array('q', [0, 0])
         self._max = MPI.MAX
         self._in_place = MPI.IN_PLACE
+
+    def mark(self, word):
+        """Let ``word`` (an int) ride on the next collective's check; False when no record carries it.
+
+        Every rank's word is then in :attr:`marks` (a list in rank order; 0 from a rank that set
+        none) until the next marked call.
+        """
+        if self._records is None or not self.check:
+            return False
+        self._records.mine[-2] = int(word)
+        self.marked = True
+        self.marks = None
+        return True
 
     @property
     def active(self):
@@ -176,6 +195,10 @@ class Agreement:
             views = rec.payload_views(payload)
             views[0][...] = payload
         self.mpi_comm.Allgather(rec.mine, rec.all)
+        if self.marked:
+            self.marked = False
+            rec.mine[-2] = 0
+            self.marks = rec.all_marks.tolist()
         if rec.all_fp.tolist().count(fp) != self.size:
             self._raise_from(self._gather_calls(cur, self.mpi_comm, collective_seq),
                              'the next collective call')

@@ -14,9 +14,11 @@ the caller only when ``trace.ON``) gives the event's ``bytes``/``dtype``/``op``/
 arguments, which otherwise come from the signature's shape, dtype and op when it has them.
 """
 
+import os
 import time
 
 from chainermn_comm import trace
+from chainermn_comm.guard import departure
 from chainermn_comm.guard import exit_check
 from chainermn_comm.guard import report
 from chainermn_comm.guard import watchdog
@@ -45,9 +47,11 @@ class CallGuard:
         self.size = mpi_comm.Get_size()
         self.host = MPI.Get_processor_name()
         self.config = GuardConfig.resolve(self.size, timeout, debug, check)
+        #: Every rank's host when the communicator knows them (else None).
+        self.hosts = list(hosts) if hosts is not None else None
         self.agreement = Agreement(mpi_comm, self.rank, self.size, self.host, self.config.check,
                                    self.config.debug, hosts)
-        self.watch = watchdog.Watch(mpi_comm, self.config.stall_seconds, self.size)
+        self.watch = watchdog.Watch(mpi_comm, self.config, self.size)
         #: Every rank's payload after a checked call given ``payload=`` (see :meth:`take_payload`).
         self.payload = None
         #: Number of guarded calls entered so far (point-to-point and collective).
@@ -56,6 +60,8 @@ class CallGuard:
         self.collective_seq = 0
         self.current = None
         self.last = None
+        #: The number of the last collective call that raised on this rank (0: none did).
+        self.failed_collective = 0
         #: The next call, as described by ``__call__``: (name, sig, key, info, collective, payload,
         #: problem, traced).
         self._next = None
@@ -63,6 +69,9 @@ class CallGuard:
         self._left = None
         #: While tracing: (start on the trace clock, traced) of the current call.
         self._trace = None
+        if self.watch.side is not None and self.config.exit_notice:
+            # Before the debug mode's check at exit registers: the notices go after that check.
+            departure.arm(self)
         if self.config.debug and MPI.Comm.Compare(mpi_comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT):
             exit_check.register(self)
         if self.config.timeout > 0 or self.watch.side is not None:
@@ -92,6 +101,25 @@ class CallGuard:
     def close(self):
         """Stop the stall inspector's side channel of this guard (call before freeing the communicator)."""
         self.watch.close()
+
+    def leave(self, why):
+        """Tell the other ranks that this rank leaves the communicator (e.g. 'called finalize()')."""
+        departure.leave(self, why)
+
+    def mark(self, word):
+        """Let ``word`` (an int) ride on the next collective's agreement check; False when it cannot."""
+        return self.agreement.mark(word)
+
+    @property
+    def marks(self):
+        """Every rank's word from the last collective that carried marks (rank order), or None."""
+        return self.agreement.marks
+
+    def hosts_of(self, rank):
+        """Return the host of ``rank`` when this guard knows it, else '?'."""
+        if self.hosts is not None and 0 <= rank < len(self.hosts):
+            return self.hosts[rank]
+        return '?'
 
     def __call__(self, name, sig=(), collective=True, key=None, payload=None, problem=None,
                  traced=None, **info):
@@ -145,6 +173,8 @@ class CallGuard:
         cur = self.last = self.current
         self.current = None
         self.payload = None
+        if exc[0] is not None and cur is not None and cur[5]:
+            self.failed_collective = cur[5]
         if cur is not None and cur[5] and self.agreement.arrivals:
             self._left = time.monotonic()
         if self._trace is not None:
@@ -173,7 +203,7 @@ class CallGuard:
     def progress(self):
         """Return what this rank is doing, for another rank's stall report (watchdog thread)."""
         cur = self.current
-        return {'host': self.host, 'collectives': self.collective_seq,
+        return {'host': self.host, 'pid': os.getpid(), 'collectives': self.collective_seq,
                 'call': None if cur is None else report.describe(cur),
                 'number': 0 if cur is None else cur[5]}
 

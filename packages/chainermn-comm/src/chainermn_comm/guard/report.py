@@ -2,8 +2,9 @@
 
 from chainermn_comm.guard.side_channel import ANSWER_WAIT
 
-__all__ = ['INVALID_INPUT', 'EXIT_CALL', 'DISAGREEMENT_HINT', 'describe', 'fmt_call', 'short',
-           'disagreement_message', 'first_difference', 'format_stall_report', 'watchdog_message']
+__all__ = ['INVALID_INPUT', 'EXIT_CALL', 'DISAGREEMENT_HINT', 'describe', 'describe_wait', 'fmt_call',
+           'short', 'disagreement_message', 'first_difference', 'format_stall_report',
+           'watchdog_message', 'unresponsive_line']
 
 #: Signature key of a call whose arguments are invalid on this rank (the value says why).
 INVALID_INPUT = 'invalid input'
@@ -51,6 +52,13 @@ def describe(cur):
     return details
 
 
+def describe_wait(cur):
+    """Return the call ``cur`` as the ranks number it: 'collective call #N name(...)' or 'call #S ...'."""
+    if cur[5]:
+        return 'collective call #{} {}'.format(cur[5], fmt_call(cur[0], resolve(cur[2])))
+    return describe(cur)
+
+
 def _fmt_value(key, value):
     if key == INVALID_INPUT:
         return '<see below>'
@@ -67,7 +75,17 @@ def _fmt_param(entry):
 
 
 def disagreement_message(rank, what, everyone):
-    """Return the error of ranks that disagree on ``what``; ``everyone``: (name, sig, number, host) per rank."""
+    """Return the error of ranks that disagree on ``what``; ``everyone``: (name, sig, number, host) per rank.
+
+    When every rank makes the same call and some rank's input is invalid there, the error says
+    that instead: the call fails on every rank because of that input.
+    """
+    invalid = _invalid_only(everyone)
+    if invalid:
+        name, number = everyone[0][0], everyone[0][2]
+        bad = ', '.join('rank {} (host {})'.format(r, everyone[r][3]) for r, _ in invalid)
+        return 'rank {}: collective call #{} {} fails on every rank because of invalid input on {}.\n{}'.format(
+            rank, number, name, bad, first_difference(everyone))
     lines = []
     for r, (n, s, c, host) in enumerate(everyone):
         call = 'exiting (its program finished or failed)' if n == EXIT_CALL else \
@@ -78,12 +96,20 @@ def disagreement_message(rank, what, everyone):
         rank, what, '\n'.join(lines), first_difference(everyone), DISAGREEMENT_HINT)
 
 
+def _invalid_only(everyone):
+    """Return [(rank, message)] of the ranks with invalid input when every rank makes the same call."""
+    if len({(e[0], e[2]) for e in everyone}) != 1 or everyone[0][0] == EXIT_CALL:
+        return []
+    return [(r, dict(e[1])[INVALID_INPUT]) for r, e in enumerate(everyone) if INVALID_INPUT in dict(e[1])]
+
+
 def first_difference(everyone):
     """Return a line naming the first sig entry on which two ranks differ, or ''."""
     bad = [(r, dict(e[1])[INVALID_INPUT]) for r, e in enumerate(everyone)
            if INVALID_INPUT in dict(e[1])]
     if bad:
-        return 'Invalid input on {}.\n'.format('; '.join('rank {}: {}'.format(r, m) for r, m in bad))
+        text = '; '.join('rank {}: {}'.format(r, m) for r, m in bad)
+        return 'Invalid input on {}{}\n'.format(text, '' if text.endswith('.') else '.')
     ref_rank, (ref_name, ref_sig) = 0, everyone[0][:2]
     for r, entry in enumerate(everyone):
         name, sig = entry[:2]
@@ -119,53 +145,114 @@ def watchdog_message(rank, size, call, checking, elapsed, timeout, timeout_env, 
         '(timeout {:g} s, set by ${} or create_communicator(timeout=...)) on host {}.\n'
         '*** last completed call on this rank: {}\n'
         '*** Another rank probably died, skipped this call or is making a different one. '
-        'Stacks of all threads follow; aborting the job with MPI_Abort({}).'.format(
-            rank, size, call, checking, elapsed, timeout, timeout_env, host, last, status))
+        'The stacks of all threads of this rank follow; then this rank ends the whole job with '
+        'MPI_Abort({}) (exit status {}).'.format(
+            rank, size, call, checking, elapsed, timeout, timeout_env, host, last, status, status))
+
+
+def unresponsive_line(rank, host, peer, peer_host, silent, call, last_answer, env, status):
+    """Return the one line of a rank that ends the job because rank ``peer`` stopped answering."""
+    seen = '; its last answer: {}'.format(last_answer) if last_answer else '; it never answered'
+    return ('chainermn: rank {} (host {}) has not answered the stall inspector for {:.0f} s (${}): '
+            'it is frozen, stopped, or holds the Python GIL{}; rank {} (host {}) waits in {}: '
+            'ending the job with MPI_Abort({})'.format(peer, peer_host or '?', silent, env, seen,
+                                                     rank, host, call, status))
+
+
+def _where(peer, a):
+    return 'rank {} (host {})'.format(peer, a['host'])
+
+
+def _now(a):
+    return 'now in ' + a['call'] if a['call'] else 'now not inside a chainermn call'
 
 
 def format_stall_report(rank, size, host, call, elapsed, number, answers, timeout, stall_env,
-                        timeout_env, why_no_answers=''):
-    """Return the stall report of a rank whose ``call`` (collective ``number``, or 0) has waited."""
+                        timeout_env, why_no_answers='', departed=None, unresponsive=0.0,
+                        unresponsive_env='CHAINERMN_UNRESPONSIVE_SECONDS'):
+    """Return the stall report of a rank whose ``call`` (collective ``number``, or 0) has waited.
+
+    ``answers``: rank -> progress of the ranks that answered (None: no side channel);
+    ``departed``: rank -> exit notice of the ranks that ended.  The report ends with what to do.
+    """
     head = ('*** chainermn stall inspector: rank {} of {} (host {}) has waited {:.0f} s in {}; '
             'still waiting'.format(rank, size, host, elapsed, call))
-    head += ' (the watchdog ends the job after {:g} s, ${}).'.format(timeout, timeout_env) if timeout > 0 \
-        else ' (the watchdog is off, ${}=0).'.format(timeout_env)
+    head += (' (the watchdog ends the job with exit status 14 once this call has waited {:g} s, '
+             '${}).'.format(timeout, timeout_env) if timeout > 0
+             else ' (the watchdog is off, ${}=0).'.format(timeout_env))
     lines = [head]
+    missing_ranks, silent = [], []
     if answers is None:
         lines.append('***   cannot ask the other ranks: {}.'.format(why_no_answers))
     else:
-        missing, waiting, ahead, silent, others = [], [], [], [], []
+        missing, waiting, ahead, others, gone = [], [], [], [], []
         for peer in range(size):
             if peer == rank:
                 continue
             a = answers.get(peer)
-            if a is None:
-                silent.append('rank {}'.format(peer))
-                continue
-            where = 'rank {} (host {})'.format(peer, a['host'])
-            now = 'now in ' + a['call'] if a['call'] else 'now not inside a chainermn call'
-            if not number:
+            if departed and peer in departed:
+                n = departed[peer]
+                gone.append('rank {} (host {}) {} at collective call #{}'.format(
+                    peer, n['host'], n['why'], n['collectives']))
+            elif a is None:
+                silent.append(peer)
+            elif not number:
                 others.append('{}: last entered collective call #{}, {}'.format(
-                    where, a['collectives'], now))
+                    _where(peer, a), a['collectives'], _now(a)))
             elif a['number'] == number:
-                waiting.append(where)
+                waiting.append(_where(peer, a))
             elif a['collectives'] >= number:
                 ahead.append('{}: passed it, last entered collective call #{}, {}'.format(
-                    where, a['collectives'], now))
+                    _where(peer, a), a['collectives'], _now(a)))
             else:
                 missing.append('{}: last entered collective call #{}, {}'.format(
-                    where, a['collectives'], now))
+                    _where(peer, a), a['collectives'], _now(a)))
+                missing_ranks.append((peer, a))
         if missing:
             lines.append('***   ranks that have not reached it: ' + '; '.join(missing))
         if others:
             lines.append('***   the other ranks: ' + '; '.join(others))
         if silent:
-            lines.append('***   ranks that did not answer within {:g} s (exited, crashed, or holding the '
-                         'Python GIL): {}'.format(ANSWER_WAIT, ', '.join(silent)))
+            lines.append('***   ranks that did not answer within {:g} s (exited, crashed, frozen, or '
+                         'holding the Python GIL): {}'.format(
+                             ANSWER_WAIT, ', '.join('rank {}'.format(p) for p in silent)))
+        if gone:
+            lines.append('***   ranks that ended: ' + '; '.join(gone))
         if ahead:
             lines.append('***   ranks already past it: ' + '; '.join(ahead))
         if waiting:
             lines.append('***   ranks waiting in it too: ' + ', '.join(waiting))
+    lines.extend(_advice(missing_ranks, silent, timeout, timeout_env, unresponsive, unresponsive_env))
     lines.append('***   (reported once per call after ${} seconds; 0 turns the inspector off)'.format(
         stall_env))
     return '\n'.join(lines) + '\n'
+
+
+def _advice(missing, silent, timeout, timeout_env, unresponsive, unresponsive_env):
+    """Return the report's 'what to do' lines."""
+    lines = []
+    for peer, a in missing:
+        pid = ' (pid {})'.format(a['pid']) if a.get('pid') else ''
+        lines.append('***   what to do: rank {} answered, so it is alive{}: if it is only slow (an '
+                     'evaluation, checkpoint or data loading on that rank alone) the job goes on '
+                     'when it arrives; if it skipped this call or makes another one, make every '
+                     'rank make the same collective calls. See where it is: py-spy dump --pid {} '
+                     'on host {}.'.format(peer, pid, a.get('pid', 'PID'), a['host']))
+    for peer in silent:
+        when = ('if it stays silent for {:g} s (${}) this job ends'.format(unresponsive, unresponsive_env)
+                if unresponsive > 0 else 'nothing ends this job before the watchdog (${}=0)'.format(
+                    unresponsive_env))
+        lines.append('***   what to do: rank {} does not answer (frozen, stopped, killed, or its '
+                     'Python holds the GIL): {}; look at that process on its host.'.format(peer, when))
+    switches = []
+    if timeout > 0:
+        switches.append('${}={:g} ends any call that waits that long'.format(timeout_env, timeout))
+    else:
+        switches.append('${} (seconds) ends any call that waits that long'.format(timeout_env))
+    if unresponsive > 0:
+        switches.append('${}={:g} ends a job whose rank stops answering'.format(
+            unresponsive_env, unresponsive))
+    switches.append('chainermn.global_except_hook.add_hook() (or CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1) '
+                    'ends the job when a rank raises')
+    lines.append('***   to end such a job sooner: ' + '; '.join(switches) + '.')
+    return lines

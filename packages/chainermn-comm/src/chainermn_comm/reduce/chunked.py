@@ -39,12 +39,16 @@ def collect_params(model, zero_fill):
 
     Parameters whose data is not initialised are skipped.  Parameters without a
     gradient are skipped unless ``zero_fill``, in which case a zero gradient is
-    allocated for them so that every rank reduces the same arrays.
+    allocated for them so that every rank reduces the same arrays.  A parameter that
+    the model reaches under several names (a link registered in several places) is
+    taken once, under its first name: averaging it twice would divide its sum twice.
     """
     params = []
+    seen = set()
     for _, param in sorted(model.namedparams(), key=lambda kv: kv[0]):
-        if param.array is None:
+        if param.array is None or id(param) in seen:
             continue
+        seen.add(id(param))
         if param.grad is None:
             if not zero_fill:
                 continue

@@ -2,9 +2,14 @@
 
 import numpy
 
-__all__ = ['reduction_op', 'check_numeric', 'REDUCE_OPS', 'validate_grad_dtype']
+from chainermn_comm import spelling
+
+__all__ = ['reduction_op', 'check_numeric', 'REDUCE_OPS', 'GRAD_DTYPE_NAMES', 'validate_grad_dtype']
 
 REDUCE_OPS = ('sum', 'max', 'min', 'prod')
+#: The names ``allreduce_grad_dtype`` accepts as strings, and spellings users type for them.
+GRAD_DTYPE_NAMES = ('float16', 'float32', 'float64', 'bfloat16', 'auto')
+_GRAD_DTYPE_ALIASES = {'fp16': 'float16', 'fp32': 'float32', 'fp64': 'float64', 'bf16': 'bfloat16'}
 
 
 def reduction_op(op):
@@ -16,7 +21,8 @@ def reduction_op(op):
     try:
         return table[str(op).lower()]
     except KeyError:
-        raise ValueError('unsupported reduction op {!r}; use one of {}'.format(op, ', '.join(REDUCE_OPS)))
+        raise ValueError('unsupported reduction op {!r}.{} Use one of {}'.format(
+            op, spelling.did_you_mean(op, REDUCE_OPS), ', '.join(REDUCE_OPS)))
 
 
 def check_numeric(array, what, rank, op='sum'):
@@ -50,6 +56,7 @@ def validate_grad_dtype(dtype):
     except TypeError:
         dt = None
     if dt is None or dt.kind != 'f' or dt.itemsize not in (2, 4, 8):
+        hint = spelling.did_you_mean(dtype, GRAD_DTYPE_NAMES, _GRAD_DTYPE_ALIASES)
         raise ValueError('allreduce_grad_dtype must be None, numpy.float16, numpy.float32, numpy.float64, '
-                         "'bfloat16' (or ml_dtypes.bfloat16) or 'auto'; got {!r}".format(dtype))
+                         "'bfloat16' (or ml_dtypes.bfloat16) or 'auto'; got {!r}.{}".format(dtype, hint))
     return dt

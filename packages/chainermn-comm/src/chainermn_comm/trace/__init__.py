@@ -163,6 +163,8 @@ def communicator_created(mpi_comm):
         return
     from mpi4py import MPI
     world = MPI.COMM_WORLD
+    if _tracer is None:
+        _refuse_bad_directory(mpi_comm, where)
     with _start_lock:
         if _tracer is None:
             from chainermn_comm.trace._tracer import Tracer
@@ -174,12 +176,26 @@ def communicator_created(mpi_comm):
         _tracer.start_clock(world)
 
 
+def _refuse_bad_directory(mpi_comm, where):
+    """Raise ValueError on every rank of ``mpi_comm`` when a rank cannot use the trace directory."""
+    from chainermn_comm.trace._export import directory_problem
+    problems = mpi_comm.allgather(directory_problem(TRACE_ENV, where))
+    bad = [(r, p) for r, p in enumerate(problems) if p is not None]
+    if bad:
+        others = ''
+        if len(bad) > 1:
+            others = ' (rank(s) {} likewise)'.format(','.join(str(r) for r, _ in bad[1:]))
+        raise ValueError('rank {}: {}{}'.format(bad[0][0], bad[0][1], others))
+
+
 # -- exit paths -------------------------------------------------------------------------------
 def _at_exit():
     try:
         flush('exit')
-    except Exception:
-        pass
+    except Exception as e:   # the job's result stands; say why its trace is missing
+        from chainermn_comm.log import get_logger
+        get_logger('trace').warning('the trace could not be written to %s: %s: %s',
+                                    directory(), type(e).__name__, e)
 
 
 def _on_sigterm(signum, frame):

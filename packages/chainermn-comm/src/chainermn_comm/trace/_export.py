@@ -1,9 +1,12 @@
 """Trace files: one part per rank, and their merge into ``trace.json`` (Chrome Trace Event Format).
 
-Every file is written to a temporary name and renamed (``os.replace``), so a reader never sees
-half a file.  Merges run under an ``fcntl`` lock on ``DIR/.trace.lock``: the rank that finds
-every part of its run present merges them.  Parts carry the run they belong to (``run``: chosen
-by rank 0 at start), so parts left in the directory by an earlier job are never mixed in.
+Every file is written through :mod:`chainermn_comm.safe_files` (a new file under an unpredictable
+name, renamed into place), so a reader never sees half a file and a name planted by someone else
+is never followed.  Merges run under an ``fcntl`` lock on ``DIR/.trace.lock`` (made exclusively,
+never through a link): the rank that finds every part of its run present merges them.  Parts
+carry the run they belong to (``run``: chosen by rank 0 at start), so parts left in the
+directory by an earlier job are never mixed in; parts that are links or belong to another user
+are skipped.
 """
 
 import contextlib
@@ -13,8 +16,10 @@ import json
 import os
 import re
 
+from chainermn_comm import safe_files
+
 __all__ = ['FORMAT_VERSION', 'MERGED_NAME', 'LOCK_NAME', 'part_path', 'write_json', 'write_part',
-           'read_parts', 'merge', 'merged_document']
+           'read_parts', 'merge', 'merged_document', 'directory_problem']
 
 #: ``chainermn_trace`` field of every file.
 FORMAT_VERSION = 1
@@ -23,21 +28,36 @@ LOCK_NAME = '.trace.lock'
 _PART = re.compile(r'^trace\.rank(\d+)\.json$')
 
 
+def directory_problem(variable, path):
+    """Make the trace directory ``path`` if missing; return why it cannot be used, or None.
+
+    It must be (or become) a directory this process can write, that only this user can write
+    (:func:`chainermn_comm.safe_files.check_directory`; ``CHAINERMN_TRUST_SHARED=1`` opts in).
+    The text names ``variable`` and the fix.
+    """
+    head = '{}={!r} cannot be used'.format(variable, path)
+    fix = 'Point it at a directory you can write (it is created if missing), or unset it.'
+    try:
+        if os.path.lexists(path) and not os.path.isdir(path):
+            return '{}: it is not a directory. {}'.format(head, fix)
+        safe_files.make_directory(path, 'trace directory')
+    except safe_files.UntrustedPathError as e:
+        return '{}: {}'.format(head, e)
+    except OSError as e:
+        return '{}: cannot create it ({}). {}'.format(head, e.strerror or e, fix)
+    if not os.access(path, os.W_OK | os.X_OK):
+        return '{}: this process (uid {}) cannot write it. {}'.format(head, os.geteuid(), fix)
+    return None
+
+
 def part_path(directory, rank):
     """Return the path of ``rank``'s part file in ``directory``."""
     return os.path.join(directory, 'trace.rank{}.json'.format(int(rank)))
 
 
 def write_json(path, doc):
-    """Write ``doc`` as JSON to ``path`` atomically (temporary file, then ``os.replace``)."""
-    tmp = '{}.{}.tmp'.format(path, os.getpid())
-    try:
-        with open(tmp, 'w') as f:
-            f.write(json.dumps(doc, separators=(',', ':')))  # the C encoder: dump() is 5x slower
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Write ``doc`` as JSON to ``path`` atomically (:func:`chainermn_comm.safe_files.write_text`)."""
+    safe_files.write_text(path, json.dumps(doc, separators=(',', ':')))  # the C encoder: dump() is 5x slower
 
 
 def write_part(directory, doc):
@@ -49,7 +69,7 @@ def write_part(directory, doc):
 
 @contextlib.contextmanager
 def _locked(directory):
-    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = safe_files.open_lock(os.path.join(directory, LOCK_NAME))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -64,10 +84,10 @@ def read_parts(directory):
         if not _PART.match(os.path.basename(path)):
             continue
         try:
-            mtime = os.path.getmtime(path)
-            with open(path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
+            with safe_files.open_trusted(path, 'trace part') as f:
+                mtime = os.fstat(f.fileno()).st_mtime
+                doc = json.loads(f.read().decode('utf-8'))
+        except (OSError, ValueError):   # gone, unreadable, a link or another user's: not ours
             continue
         if isinstance(doc, dict) and doc.get('chainermn_trace') == FORMAT_VERSION:
             parts.append((mtime, doc))

@@ -87,7 +87,7 @@ class Tracer:
                 self.reason = reason
             if self.reason == 'exit' and getattr(sys, 'last_value', None) is not None:
                 self.reason = 'exception'  # an uncaught exception ended the program
-            os.makedirs(self.directory, exist_ok=True)
+            # The directory was made and checked at start (``communicator_created``).
             _export.write_part(self.directory, self.part_document())
             return _export.merge(self.directory, run=self.run, require_all=reason == 'exit')
         finally:

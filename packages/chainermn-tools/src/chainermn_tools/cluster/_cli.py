@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from chainermn_tools._args import count, number, seconds
 from chainermn_tools.cluster._cluster import Cluster
 from chainermn_tools.cluster._support import ClusterUnavailable, require_hydra
 from chainermn_comm.mpirun import find_mpiexec
@@ -36,22 +37,24 @@ def _parser():
         prog='python -m chainermn cluster', epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description='Start N nodes (Linux namespaces) on this machine, run mpiexec with N x K ranks of '
                     'COMMAND across them, stream its output, remove the nodes, exit with its status.')
-    p.add_argument('--nodes', type=int, required=True, help='number of nodes')
-    p.add_argument('--ranks-per-node', type=int, default=1, help='MPI ranks per node (default 1)')
-    p.add_argument('--link-gbit', type=float, default=None,
+    p.add_argument('--nodes', type=count(1, 250), required=True, help='number of nodes (1 to 250)')
+    p.add_argument('--ranks-per-node', type=count(), default=1, help='MPI ranks per node (default 1)')
+    p.add_argument('--link-gbit', type=number(float, low=0, low_open=True, unit='Gbit/s'), default=None,
                    help="limit each node's link to R Gbit/s in both directions (tbf)")
-    p.add_argument('--delay-ms', type=float, default=None, help='link delay (needs the netem qdisc)')
-    p.add_argument('--loss-pct', type=float, default=None, help='link packet loss (needs the netem qdisc)')
-    p.add_argument('--timeout', type=float, default=None,
+    p.add_argument('--delay-ms', type=number(float, low=0, unit='milliseconds'), default=None,
+                   help='link delay (needs the netem qdisc)')
+    p.add_argument('--loss-pct', type=number(float, low=0, high=100, unit='percent'), default=None,
+                   help='link packet loss (needs the netem qdisc)')
+    p.add_argument('--timeout', type=seconds(), default=None,
                    help='kill the job after this many seconds (exit 124)')
-    p.add_argument('--grace', type=float, default=30.0,
+    p.add_argument('--grace', type=seconds(low=0, low_open=False), default=30.0,
                    help='seconds the job gets to exit after SIGTERM/Ctrl-C before it is killed (default 30; '
                         'a second signal kills it at once)')
     p.add_argument('--slurm', action='store_true',
                    help='also run Slurm on the nodes (slurmctld on the head, slurmd per node; needs '
                         'slurm-wlm and munge) and start the job with `srun --mpi=pmi2` instead of mpiexec')
     elastic = p.add_argument_group('elastic job (with --min-nodes; see `python -m chainermn launch`)')
-    elastic.add_argument('--min-nodes', type=int, default=None,
+    elastic.add_argument('--min-nodes', type=count(), default=None,
                          help='restart the job on the nodes that still answer while at least M do')
     from chainermn_tools.launch import add_restart_options
     add_restart_options(elastic, heartbeat=2.0, probe_timeout=3.0)   # nodes on one machine answer fast

@@ -1,14 +1,17 @@
 """``Cluster``: N nodes made of namespaces on this machine, joined by a bridge, with MPI across them."""
 
 import collections
+import functools
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import warnings
 
 from chainermn_comm import protocol
 
-from chainermn_tools.cluster import _hosts, _net, _node, _registry, _support, _teardown
+from chainermn_tools.cluster import _hosts, _net, _node, _proofs, _registry, _state, _support, _teardown
 
 __all__ = ['Cluster', 'Node', 'NODE_LOCAL_ENV']
 
@@ -61,7 +64,7 @@ class Cluster(object):
         return False
 
     def start(self):
-        """Build the nodes (after removing clusters left by dead runs); raise ClusterUnavailable if impossible."""
+        """Build the nodes (after sweeping this registry's dead clusters); raise ClusterUnavailable if impossible."""
         if self._state is not None:
             raise RuntimeError('cluster {} is already started'.format(self.prefix))
         shaped = self.delay_ms is not None or self.loss_pct is not None
@@ -71,24 +74,20 @@ class Cluster(object):
                 'link delay/loss needs the `netem` qdisc, which this kernel does not have '
                 '(sch_netem); only --link-gbit (tbf) is available here')
         with _registry.locked() as base:
-            live = _teardown.sweep(base, _registry.read_states(base))
-            taken = {s['index'] for s in live.values()} | _net.used_subnets()
+            states, refused = _registry.read_states(base, functools.partial(_state.validate, base))
+            live = _teardown.sweep(base, states)
+            # Names on this machine that another registry, user or older chainermn uses are taken too.
+            taken = ({s['index'] for s in live.values()} | {_registry.index_of(p) for p in refused}
+                     | _net.used_subnets() | _registry.names_in_use())
             index = _registry.pick_index(taken)
             if index is None:
                 raise _support.ClusterUnavailable('every /24 of 198.18.0.0/15 is in use by other clusters')
             self.prefix = prefix = _registry.prefix_for(index)
             net = _net.subnet(index)
             self.subnet = str(net)
-            hosts = list(net.hosts())
             self._base = base
-            self._dir = os.path.join(base, prefix)
-            self._state = {
-                'prefix': prefix, 'index': index, 'subnet': str(net),
-                'owner_pid': os.getpid(), 'owner_start': _registry.process_start(os.getpid()),
-                'bridge': prefix + '-br', 'head_address': str(hosts[0]),
-                'nodes': [{'netns': '{}-node{}'.format(prefix, i), 'link': '{}-v{}'.format(prefix, i),
-                           'hostname': 'node{}'.format(i), 'address': str(hosts[i + 1])}
-                          for i in range(self.size)]}
+            self._dir = _registry.make_state_dir(base, prefix)
+            self._state = _state.new_state(base, prefix, index, net, self.size)
             _registry.write_state(base, self._state)
         try:
             self._build(net.prefixlen)
@@ -97,30 +96,41 @@ class Cluster(object):
             raise
         return self
 
+    def _record(self, rec, **identity):
+        """Record what was just created (and how to recognise it) before anything else happens."""
+        rec.update(identity)
+        _registry.write_state(self._base, self._state)
+
     def _build(self, prefixlen):
         st = self._state
         self.head_address = st['head_address']
-        self.node_local = os.path.join(self._dir, 'local')
-        nodes_dir = os.path.join(self._dir, 'nodes')
-        os.makedirs(self.node_local, exist_ok=True)
-        _net.make_bridge(st['bridge'], st['head_address'], prefixlen)
+        scratch = tempfile.mkdtemp(prefix='chainermn-{}-'.format(self.prefix), dir=_registry.SCRATCH_PARENT)
+        self._record(st, scratch=scratch, scratch_id=_proofs.dir_id(scratch))
+        self.node_local = os.path.join(scratch, 'local')
+        nodes_dir = os.path.join(scratch, 'nodes')
+        os.mkdir(self.node_local, 0o755)
+        os.mkdir(nodes_dir, 0o755)
+        _net.make_bridge(st['bridge'], st['head_address'], prefixlen, created=lambda: self._record(
+            st, bridge_ifindex=_proofs.link_ifindex(st['bridge'])))
         text = _hosts.hosts_text(HEAD_NAME, st['head_address'], [n['hostname'] for n in st['nodes']],
                                  [n['address'] for n in st['nodes']])
         for rec in st['nodes']:
-            _net.make_netns(rec['netns'])
-            _hosts.write_netns_hosts(rec['netns'], text)
-            _net.add_node_link(rec['link'], st['bridge'], rec['netns'], rec['address'], prefixlen)
+            netns = rec['netns']
+            _net.make_netns(netns, created=lambda: self._record(rec, netns_id=_proofs.netns_id(netns)))
+            _hosts.write_netns_hosts(netns, text, created=lambda d: self._record(rec, etc_id=_proofs.dir_id(d)))
+            _net.add_node_link(rec['link'], st['bridge'], netns, rec['address'], prefixlen,
+                               created=lambda: self._record(rec, link_ifindex=_proofs.link_ifindex(rec['link'])))
             self._shape(rec)
-            scratch = os.path.join(nodes_dir, rec['hostname'])
-            os.makedirs(scratch, exist_ok=True)
+            node_scratch = os.path.join(nodes_dir, rec['hostname'])
+            os.mkdir(node_scratch, 0o755)
             proc, pid, start = _node.start_holder(
-                rec['netns'], rec['hostname'], scratch, self.node_local, nodes_dir,
-                os.path.join(self._dir, rec['hostname'] + '.log'), timeout=self.start_timeout)
+                netns, rec['hostname'], node_scratch, self.node_local, nodes_dir,
+                os.path.join(self._dir, rec['hostname'] + '.log'), timeout=self.start_timeout,
+                env={_proofs.TOKEN_ENV: st['token']})
             self._holders.append(proc)
-            rec.update(holder_pid=pid, holder_start=start, scratch=scratch)
-            _registry.write_state(self._base, st)
-            self.nodes.append(Node(len(self.nodes), rec['hostname'], rec['address'], rec['netns'],
-                                   rec['link'], pid, scratch))
+            self._record(rec, holder_pid=pid, holder_start=start)
+            self.nodes.append(Node(len(self.nodes), rec['hostname'], rec['address'], netns,
+                                   rec['link'], pid, node_scratch))
         self.launcher = _hosts.write_launcher(os.path.join(self._dir, 'launcher'), self.prefix,
                                               self.hostnames, [n.holder_pid for n in self.nodes])
 
@@ -135,8 +145,18 @@ class Cluster(object):
         if self._state is None:
             return
         state, self._state = self._state, None
-        with _registry.locked() as base:
-            _teardown.teardown(base, state)
+        try:
+            with _registry.locked() as base:
+                recorded, _ = _registry.read_state(base, state['prefix'])
+                if isinstance(recorded, dict) and recorded.get('token') == state['token']:
+                    _teardown.teardown(base, state)
+                else:       # swept by a run that took this process for dead: its names may be reused
+                    warnings.warn('chainermn cluster: cluster {} was already removed by another run; '
+                                  'nothing is removed now'.format(state['prefix']))
+        except _registry.RegistryRefused as e:
+            warnings.warn('{} Removing cluster {} without it; its state directory stays.'.format(
+                e, state['prefix']))
+            _teardown.teardown(None, state)
         for proc in self._holders:
             try:
                 proc.wait(timeout=10)
@@ -167,7 +187,11 @@ class Cluster(object):
         env[NODE_LOCAL_ENV] = self.node_local
         env['PATH'] = os.pathsep.join([os.path.dirname(sys.executable)] + [
             p for p in env.get('PATH', '').split(os.pathsep) if p and p != os.path.dirname(sys.executable)])
-        env.update({k: str(v) for k, v in (extra or {}).items()})
+        for k, v in (extra or {}).items():
+            if v is None:
+                env.pop(k, None)  # None removes a variable
+            else:
+                env[k] = str(v)
         return env
 
     def popen(self, node, argv, env=None, cwd=None, **kwargs):
@@ -204,9 +228,14 @@ class Cluster(object):
 
     # -- MPI across nodes -----------------------------------------------------------------------
     def mpiexec_args(self, ranks_per_node=1):
-        """Return the mpiexec options that start ``ranks_per_node`` ranks on every node (Hydra)."""
+        """Return the mpiexec options that start ``ranks_per_node`` ranks on every node (Hydra).
+
+        Each rank is bound to a CPU of its own where this machine's CPUs (this process's affinity)
+        suffice for all the ranks of all the nodes; otherwise the ranks are not bound.
+        """
+        slices = _hosts.core_slices(os.sched_getaffinity(0), self.size, ranks_per_node)
         hostfile = _hosts.write_hostfile(os.path.join(self._dir, 'hosts.{}'.format(ranks_per_node)),
-                                         self.hostnames, ranks_per_node)
+                                         self.hostnames, ranks_per_node, slices)
         return ['-launcher', 'ssh', '-launcher-exec', self.launcher, '-f', hostfile,
                 '-localhost', self.head_address, '-genv', NODE_LOCAL_ENV, self.node_local]
 
@@ -228,7 +257,9 @@ class Cluster(object):
         self._jobs += 1
         tag = '{}.{}.{}'.format(self.prefix, os.getpid(), self._jobs)
         env = dict(env or {}, **{JOB_ENV: tag})
+        removed = {k: None for k, v in env.items() if v is None}  # run_mpi removes them too
         env = {k: v for k, v in self.env(env).items() if os.environ.get(k) != v}
+        env.update(removed)
         try:
             return run_mpi(args, self.size * ranks_per_node, timeout=timeout, env=env, cwd=cwd,
                            python=python, on_start=on_start,

@@ -61,31 +61,38 @@ def used_subnets():
 
 def _no_ipv6(name):
     """Keep IPv6 (link-local addresses) off a root-namespace interface: the cluster speaks 198.18/15 only."""
+    # A kernel setting, not a file: written in place (safe_files' rename cannot apply to /proc).
     path = '/proc/sys/net/ipv6/conf/{}/disable_ipv6'.format(name)
     if os.path.exists(path):
         with open(path, 'w') as f:
             f.write('1')
 
 
-def make_netns(name):
-    """Create the network namespace ``name`` with IPv6 off."""
+def make_netns(name, created=None):
+    """Create the network namespace ``name`` with IPv6 off; call ``created()`` as soon as it exists."""
     ip('netns', 'add', name)
+    if created is not None:
+        created()
     if os.path.exists('/proc/sys/net/ipv6'):
         _run(['ip', 'netns', 'exec', name, 'sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1',
               'net.ipv6.conf.default.disable_ipv6=1'])
 
 
-def make_bridge(name, address, prefixlen):
-    """Create the bridge ``name`` holding the head address, and bring it up."""
+def make_bridge(name, address, prefixlen, created=None):
+    """Create the bridge ``name`` holding the head address, and bring it up (``created()`` once it exists)."""
     ip('link', 'add', name, 'type', 'bridge')
+    if created is not None:
+        created()
     _no_ipv6(name)
     ip('addr', 'add', '{}/{}'.format(address, prefixlen), 'dev', name)
     ip('link', 'set', name, 'up')
 
 
-def add_node_link(host_end, bridge, netns, address, prefixlen):
-    """Connect ``netns`` to ``bridge`` with a veth (``eth0`` inside) holding ``address``."""
+def add_node_link(host_end, bridge, netns, address, prefixlen, created=None):
+    """Connect ``netns`` to ``bridge`` with a veth (``eth0`` inside) holding ``address``; ``created()`` once made."""
     ip('link', 'add', host_end, 'type', 'veth', 'peer', 'name', NODE_IFACE, 'netns', netns)
+    if created is not None:
+        created()
     _no_ipv6(host_end)
     ip('link', 'set', host_end, 'master', bridge)
     ip('link', 'set', host_end, 'up')

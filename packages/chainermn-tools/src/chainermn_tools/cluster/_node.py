@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from chainermn_comm import safe_files
+
 from chainermn_tools.cluster._registry import process_start
 
 __all__ = ['NodeError', 'start_holder', 'enter_command', 'node_processes', 'signal_processes', 'wait_gone']
@@ -35,16 +37,29 @@ def _die_with_parent():
     libc.prctl(1, signal.SIGKILL)       # PR_SET_PDEATHSIG: the node dies with the process that made it
 
 
-def start_holder(netns, hostname, scratch, node_local, nodes_dir, log_path, timeout=60.0):
-    """Start the node's namespace holder; return ``(launcher Popen, holder pid, holder start time)``."""
+def start_holder(netns, hostname, scratch, node_local, nodes_dir, log_path, timeout=60.0, env=None):
+    """Start the node's namespace holder; return ``(launcher Popen, holder pid, holder start time)``.
+
+    ``env``: variables added to the holder's environment (the cluster's secret token); its output
+    goes to the new file ``log_path``.
+    """
     r, w = os.pipe()
     cmd = ['ip', 'netns', 'exec', netns, 'unshare', '--uts', '--mount', '--ipc', '--pid', '--fork',
            '--mount-proc', '--kill-child=SIGKILL', 'sh', '-c', _SETUP, 'sh', hostname, scratch,
            node_local, nodes_dir, sys.executable, _INIT, str(w)]
-    with open(log_path, 'ab') as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(w,),
-                                preexec_fn=_die_with_parent, start_new_session=True)
-    os.close(w)
+    try:
+        log = safe_files.open_new(log_path, mode=0o600)
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(w,),
+                                    preexec_fn=_die_with_parent, start_new_session=True,
+                                    env=dict(os.environ, **(env or {})))
+        finally:
+            os.close(log)
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
     try:
         ready, _, _ = select.select([r], [], [], timeout)
         line = os.read(r, 64) if ready else b''
@@ -53,8 +68,8 @@ def start_holder(netns, hostname, scratch, node_local, nodes_dir, log_path, time
     if line != b'ready\n':
         proc.kill()
         proc.wait()
-        with open(log_path, errors='replace') as f:
-            detail = f.read().strip()[-2000:]
+        with safe_files.open_trusted(log_path, 'node log', allow_shared=False) as f:
+            detail = f.read().decode(errors='replace').strip()[-2000:]
         raise NodeError('node {} did not start{}: {}'.format(
             hostname, '' if ready else ' within {:.0f} s'.format(timeout), detail or 'no output'))
     deadline = time.monotonic() + timeout

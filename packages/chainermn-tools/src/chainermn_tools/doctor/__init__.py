@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from chainermn_comm.install_hints import MPI_INSTALL_HINT
+from chainermn_tools._args import seconds
 from chainermn_tools.doctor import _checks
 from chainermn_tools.doctor._report import FAIL, Row, render, summary
 
@@ -33,7 +34,7 @@ def run_checks(timeout=60.0, cuda_aware=True, links=True):
 def main(argv=None):
     """Command-line entry point; return the exit status."""
     parser = argparse.ArgumentParser(prog='python -m chainermn doctor', description=__doc__.split('\n')[0])
-    parser.add_argument('--timeout', type=float, default=60.0,
+    parser.add_argument('--timeout', type=seconds(), default=60.0,
                         help='seconds any collective may take before the check fails (default 60)')
     parser.add_argument('--no-cuda-aware-check', action='store_true',
                         help='skip the CUDA-aware MPI test (it launches `mpiexec -n 2`)')

@@ -7,7 +7,7 @@ import time
 import numpy
 from chainermn_comm.install_hints import GPU_INSTALL_HINT
 
-from chainermn_tools.doctor import _facts, _gpu, _launch, _links, _mpi, _slurm
+from chainermn_tools.doctor import _cpus, _facts, _gpu, _launch, _links, _mpi, _slurm
 from chainermn_tools.doctor._report import FAIL, INFO, OK, SKIP, WARN, Row
 from chainermn_tools.doctor._report import ranges as _ranges
 
@@ -251,6 +251,7 @@ def run_all(MPI, timeout=60.0, cuda_aware=True, links=True):
         size, len(hosts), ', '.join('{} [{}]'.format(h, _ranges(r)) for h, r in hosts.items()))))
     if rank == 0:
         rows += _slurm.slurm_rows(lib, size, hosts)
+        rows += _cpus.cpu_rows([f['cpus'] for f in facts])
     layout = comm.allgather_obj((comm.intra_rank, comm.intra_size, comm.inter_rank, comm.inter_size))
     simulated = os.environ.get('CHAINERMN_RANKS_PER_NODE')
     nodes = {}

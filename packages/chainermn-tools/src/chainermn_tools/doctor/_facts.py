@@ -12,7 +12,8 @@ __all__ = ['SUB_PACKAGES', 'ENV_VARS', 'meta_package', 'package_facts', 'local_f
 SUB_PACKAGES = ('chainermn_comm', 'chainermn_data', 'chainermn_links', 'chainermn_train', 'chainermn_tools')
 #: Environment variables the manual and this project name.
 ENV_VARS = ('MV2_USE_CUDA', 'MV2_SMP_USE_CMA', 'LD_LIBRARY_PATH', 'CHAINERMN_TIMEOUT',
-            'CHAINERMN_DEBUG', 'CHAINERMN_FORCE_ABORT_ON_EXCEPTION', 'CHAINERMN_RANKS_PER_NODE')
+            'CHAINERMN_DEBUG', 'CHAINERMN_FORCE_ABORT_ON_EXCEPTION', 'CHAINERMN_RANKS_PER_NODE',
+            'CHAINERMN_THREADS')
 
 
 def meta_package():
@@ -44,11 +45,12 @@ def package_facts():
 
 
 def local_facts(rank, mpiexec_path):
-    """Return this rank's facts (host, Python, packages, env vars, GPU) as a picklable dict."""
+    """Return this rank's facts (host, Python, packages, env vars, GPU, CPUs) as a picklable dict."""
+    from chainermn_tools.doctor._cpus import cpu_facts
     from chainermn_tools.doctor._gpu import gpu_facts
     return {
         'rank': rank, 'host': socket.gethostname(), 'pid': os.getpid(),
         'python': sys.executable, 'python_version': platform.python_version(),
         'packages': package_facts(), 'mpiexec': mpiexec_path,
-        'env': {k: os.environ.get(k) for k in ENV_VARS}, 'gpu': gpu_facts(),
+        'env': {k: os.environ.get(k) for k in ENV_VARS}, 'gpu': gpu_facts(), 'cpus': cpu_facts(),
     }

@@ -1,10 +1,12 @@
 """``python -m chainermn launch``: run an elastic job on the hosts of a hosts file with Hydra ``mpiexec``.
 
-The job runs as ``mpiexec -hosts H1,H2,.. -ppn K -n K*len(hosts) COMMAND``.  When it fails, every host
-of the (re-read) hosts file is probed with ``mpiexec -hosts HOST -n 1 true`` under a time limit (through
-the same launcher); the job restarts on the hosts that answer if at least ``--min-nodes`` do and
-restarts are left, and resumes from its newest usable snapshot (the multi-node checkpointer takes
-care of a different number of ranks).  While the job runs, its hosts are probed every
+The job runs as ``mpiexec -hosts H1,H2,.. -ppn K -n K*len(hosts) -bind-to core COMMAND``: each rank on a
+core of its own (``--bind-to``; by default only where every host has at least K CPUs, as its probe
+counts them, else unbound).  Before every start, and when it fails, every host of the (re-read) hosts
+file is probed with ``mpiexec -hosts HOST -n 1 nproc`` under a time limit (through the same
+launcher); the job restarts on the hosts that answer if at least ``--min-nodes`` do and restarts
+are left, and resumes from its newest usable snapshot (the multi-node checkpointer takes care of a
+different number of ranks).  While the job runs, its hosts are probed every
 ``--heartbeat`` seconds; a host that stops answering ends the attempt.  The job runs with the
 watchdog on (``CHAINERMN_TIMEOUT``, default ``--watchdog``), so ranks blocked on a vanished peer end,
 and with the global except hook on (``CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1``), so an exception on one
@@ -25,6 +27,7 @@ import tempfile
 import threading
 
 from chainermn_comm import protocol
+from chainermn_tools._args import count, number, seconds
 from chainermn_tools.launch import _attempt, _hosts, _slurm
 
 __all__ = ['main', 'supervise', 'job_env', 'run_on_cluster', 'add_restart_options', 'PREEMPTED_STATUS',
@@ -42,14 +45,34 @@ def _log(msg):
 
 def add_restart_options(parser, heartbeat=5.0, probe_timeout=10.0):
     """Add --max-restarts, --heartbeat, --probe-timeout and --watchdog to ``parser`` (or a group)."""
-    parser.add_argument('--max-restarts', type=int, default=3, help='restarts allowed in all (default 3)')
-    parser.add_argument('--heartbeat', type=float, default=heartbeat,
+    parser.add_argument('--max-restarts', type=count(0), default=3,
+                        help='restarts allowed in all (default 3)')
+    parser.add_argument('--heartbeat', type=seconds(off=0), default=heartbeat,
                         help='seconds between probes of the job\'s hosts while it runs (0: off; default '
                              '{:g})'.format(heartbeat))
-    parser.add_argument('--probe-timeout', type=float, default=probe_timeout,
+    parser.add_argument('--probe-timeout', type=seconds(), default=probe_timeout,
                         help='seconds a host may take to run the probe (default {:g})'.format(probe_timeout))
-    parser.add_argument('--watchdog', type=float, default=60.0,
-                        help='CHAINERMN_TIMEOUT for the job when the environment sets none (default 60)')
+    parser.add_argument('--watchdog', type=number(float, low=1, off=0, unit='seconds'), default=60.0,
+                        help='CHAINERMN_TIMEOUT for the job when the environment sets none (default 60; '
+                             '0: off)')
+
+
+def add_bind_option(parser):
+    """Add --bind-to (auto, core, none) to ``parser``."""
+    parser.add_argument('--bind-to', choices=('auto', 'core', 'none'), default='auto',
+                        help='bind each rank to a core of its own (mpiexec -bind-to core); auto (the '
+                             'default): when every host has at least --ranks-per-node CPUs')
+
+
+def _binding(args, healthy, cpus):
+    """Return the Hydra options that bind this attempt's ranks, and a note for the log."""
+    mode = getattr(args, 'bind_to', 'auto')
+    short = [h for h in healthy if cpus.get(h, 0) < args.ranks_per_node]
+    if mode == 'none' or (mode == 'auto' and short):
+        why = '' if mode == 'none' else ' ({} has fewer CPUs than --ranks-per-node {})'.format(
+            ', '.join('{}: {}'.format(h, cpus.get(h, '?')) for h in short), args.ranks_per_node)
+        return [], '; ranks not bound to cores' + why
+    return ['-bind-to', 'core'], '; one core per rank (-bind-to core)'
 
 
 def _parser():
@@ -59,15 +82,16 @@ def _parser():
     p.add_argument('--hosts-file', default=None,
                    help='one host per line (re-read before every start); default inside a Slurm '
                         'allocation: its nodes (scontrol show hostnames $SLURM_JOB_NODELIST)')
-    p.add_argument('--ranks-per-node', type=int, default=None,
+    p.add_argument('--ranks-per-node', type=count(), default=None,
                    help='ranks started on every host; default inside a Slurm allocation: '
                         'SLURM_NTASKS_PER_NODE, else the fewest of SLURM_TASKS_PER_NODE')
-    p.add_argument('--min-nodes', type=int, required=True, help='fewest healthy hosts to (re)start on')
-    p.add_argument('--max-nodes', type=int, default=None, help='most hosts to start on (default: all)')
+    p.add_argument('--min-nodes', type=count(), required=True, help='fewest healthy hosts to (re)start on')
+    p.add_argument('--max-nodes', type=count(), default=None, help='most hosts to start on (default: all)')
     add_restart_options(p)
     p.add_argument('--mpiexec', default=None, help='Hydra mpiexec to use (default: next to python, else PATH)')
     p.add_argument('--launcher-exec', default=None,
                    help='program Hydra runs instead of ssh to reach a host (mpiexec -launcher-exec)')
+    add_bind_option(p)
     p.add_argument('command', nargs=argparse.REMAINDER, help='the job, after --')
     return p
 
@@ -168,6 +192,8 @@ def run_on_cluster(cluster, args, command, mpiexec):
     """
     from chainermn_tools.cluster._cluster import NODE_LOCAL_ENV
     args.max_nodes = None
+    # The nodes share this machine's CPUs: each node's proxy would bind its ranks to the same ones.
+    args.bind_to = 'none'
     base = [mpiexec, '-launcher', 'ssh', '-launcher-exec', cluster.launcher, '-localhost',
             cluster.head_address, '-genv', NODE_LOCAL_ENV, cluster.node_local]
 
@@ -214,7 +240,8 @@ def _loop(args, command, base, env, read_hosts, source, after_attempt, progress)
             _log('{} names no host'.format(source))
             return status if previous is not None else 1
         # hosts that stopped answering during the attempt are left out of this start (not probed again)
-        answers = _hosts.probe(base, [h for h in known if h not in lost], args.probe_timeout, env)
+        cpus = {}
+        answers = _hosts.probe(base, [h for h in known if h not in lost], args.probe_timeout, env, cpus)
         answers.update({h: (False, 'stopped answering during the job: ' + d) for h, d in lost.items()
                         if h in known})
         healthy = [h for h in known if answers[h][0]]
@@ -239,8 +266,10 @@ def _loop(args, command, base, env, read_hosts, source, after_attempt, progress)
             os.remove(progress)
         except OSError:
             pass
-        _log('starting {} rank(s) on {}'.format(args.ranks_per_node * len(healthy), ', '.join(healthy)))
-        att = _attempt.run_attempt(base, healthy, args.ranks_per_node, command, env, args.heartbeat,
+        bind, note = _binding(args, healthy, cpus)
+        _log('starting {} rank(s) on {}{}'.format(args.ranks_per_node * len(healthy), ', '.join(healthy),
+                                                  note))
+        att = _attempt.run_attempt(base + bind, healthy, args.ranks_per_node, command, env, args.heartbeat,
                                    args.probe_timeout, shown, lock, on_start=stop.started)
         if after_attempt is not None:
             after_attempt()

@@ -34,10 +34,11 @@ def mpiexec_base(mpiexec, launcher_exec=None):
     return cmd
 
 
-def _probe_one(base, host, timeout, env, out):
+def _probe_one(base, host, timeout, env, out, cpus):
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(base + ['-hosts', host, '-n', '1', 'true'], stdin=subprocess.DEVNULL,
+        # ``nproc``: the CPUs a rank started there may use (whether ranks can have a core each).
+        proc = subprocess.Popen(base + ['-hosts', host, '-n', '1', 'nproc'], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     except OSError as e:
@@ -52,6 +53,9 @@ def _probe_one(base, host, timeout, env, out):
         return
     if proc.returncode == 0:
         out[host] = (True, 'answered in {:.1f} s'.format(time.monotonic() - start))
+        numbers = [ln.strip() for ln in text.decode(errors='replace').splitlines() if ln.strip().isdigit()]
+        if numbers and cpus is not None:
+            cpus[host] = int(numbers[-1])
     else:
         last = [ln for ln in text.decode(errors='replace').splitlines() if ln.strip()]
         out[host] = (False, 'probe exited with status {}{}'.format(
@@ -66,10 +70,13 @@ def kill_group(proc):
         pass
 
 
-def probe(base, hosts, timeout, env=None):
-    """Run ``true`` on every host at once through ``base`` (Hydra); return ``{host: (ok, detail)}``."""
+def probe(base, hosts, timeout, env=None, cpus=None):
+    """Run ``nproc`` on every host at once through ``base`` (Hydra); return ``{host: (ok, detail)}``.
+
+    ``cpus`` (a dict), when given, receives each answering host's CPU count.
+    """
     out = {}
-    threads = [threading.Thread(target=_probe_one, args=(base, h, timeout, env, out), daemon=True)
+    threads = [threading.Thread(target=_probe_one, args=(base, h, timeout, env, out, cpus), daemon=True)
                for h in hosts]
     for t in threads:
         t.start()

@@ -3,6 +3,8 @@
 import collections
 import os
 
+from chainermn_comm import safe_files
+
 __all__ = ['Node', 'SlurmFiles', 'write_config']
 
 #: One compute node: its name (slurmd -N / hostname) and the address slurmctld reaches it on.
@@ -25,12 +27,25 @@ def _files(root):
                       spool_dir=os.path.join(root, 'spool'), state_dir=os.path.join(root, 'state'))
 
 
+def _private_dir(path, mode=0o700):
+    """Make ``path`` (its parent must exist) or check that it is this user's and only this user writes it."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    # The daemons run as root with what this directory holds (the MUNGE key, their state): a
+    # directory another user can write is refused, whatever CHAINERMN_TRUST_SHARED says.
+    safe_files.check_directory(path, 'Slurm directory', allow_shared=False)
+
+
 def write_config(root, nodes, head='head', head_addr='127.0.0.1', cpus=None, cluster='chainermn',
                  mpi_default='pmi2', ctld_port=6817, slurmd_port=6818, extra=()):
     """Write the configuration of one slurmctld on ``head`` and a slurmd per node; return SlurmFiles.
 
     Everything (spool, state, logs, pid files, the MUNGE key and socket) lives under ``root``, so
-    the daemons touch nothing of the host. Nodes use ``proctrack/linuxproc``, ``task/none`` and a
+    the daemons touch nothing of the host; ``root`` (made if missing, its parent must exist) and
+    every directory under it must be this user's and writable by nobody else, and every file is
+    written through ``chainermn_comm.safe_files``. Nodes use ``proctrack/linuxproc``, ``task/none`` and a
     cgroup/v1 plugin that never mounts anything (it expects a tmpfs over /sys/fs/cgroup in the
     node's mount namespace). ``cpus`` per node defaults to max(4, CPUs of this machine) and is
     trusted over what slurmd detects, so ``-n 4 -N 2`` fits on a 2-core machine.
@@ -43,14 +58,15 @@ def write_config(root, nodes, head='head', head_addr='127.0.0.1', cpus=None, clu
         raise ValueError('node names must be unique and differ from the head {!r}: {}'.format(
             head, names))
     files = _files(root)
-    for d in (os.path.dirname(files.slurm_conf), os.path.dirname(files.munge_key), files.log_dir,
-              files.run_dir, files.spool_dir, files.state_dir):
-        os.makedirs(d, exist_ok=True)
-    os.chmod(os.path.dirname(files.munge_key), 0o700)
-    if not os.path.exists(files.munge_key):
-        fd = os.open(files.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(fd, 'wb') as f:
-            f.write(os.urandom(1024))
+    _private_dir(files.root)
+    for d in (os.path.dirname(files.slurm_conf), files.log_dir, files.run_dir, files.spool_dir,
+              files.state_dir):
+        _private_dir(d, 0o755)
+    _private_dir(os.path.dirname(files.munge_key), 0o700)
+    if os.path.lexists(files.munge_key):
+        safe_files.check_file(os.lstat(files.munge_key), files.munge_key, 'MUNGE key', allow_shared=False)
+    else:
+        safe_files.write_bytes(files.munge_key, os.urandom(1024), mode=0o400)
     cpus = cpus or max(4, os.cpu_count() or 1)
     lines = [
         'ClusterName={}'.format(cluster),
@@ -88,8 +104,6 @@ def write_config(root, nodes, head='head', head_addr='127.0.0.1', cpus=None, clu
               for n in nodes]
     lines.append('PartitionName=main Nodes={} Default=YES MaxTime=INFINITE State=UP '
                  'OverSubscribe=YES'.format(','.join(names)))
-    with open(files.slurm_conf, 'w') as f:
-        f.write('\n'.join(lines) + '\n')
-    with open(files.cgroup_conf, 'w') as f:
-        f.write('CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n')
+    safe_files.write_text(files.slurm_conf, '\n'.join(lines) + '\n', mode=0o644)
+    safe_files.write_text(files.cgroup_conf, 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n', mode=0o644)
     return files

@@ -3,6 +3,8 @@
 import os
 import time
 
+from chainermn_comm import safe_files
+
 __all__ = ['SlurmDaemons', 'SlurmError', 'find_slurm', 'MISSING_HINT']
 
 #: The programs a cluster needs and where Debian installs the daemons.
@@ -109,12 +111,15 @@ class SlurmDaemons:
             timeout, states or 'slurmctld does not answer', self.files.log_dir))
 
     def _kill_pidfile(self, run, path, *args):
+        # The pid file must be this user's own (the daemons write it as root); the kill runs inside
+        # the head's or node's PID namespace, so it reaches only a process there.
         try:
-            with open(path) as fh:
-                pid = int(fh.read().strip())
+            with safe_files.open_trusted(path, 'Slurm pid file', allow_shared=False) as fh:
+                pid = int(fh.read(32).strip())
         except (OSError, ValueError):
             return
-        run(*(args + (['kill', '-TERM', str(pid)],)))
+        if pid > 1:
+            run(*(args + (['kill', '-TERM', str(pid)],)))
 
     def stop(self):
         """Stop the slurmds, slurmctld and munged (by their pid files, inside their namespaces)."""

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from chainermn_tools._args import count
 from chainermn_tools.trace._analyse import analyse
 from chainermn_tools.trace._load import TraceMissing, load
 from chainermn_tools.trace._text import render
@@ -38,7 +39,7 @@ def main(argv=None):
     parser.add_argument('dir', metavar='DIR', help='the directory CHAINERMN_TRACE named (or its trace.json)')
     parser.add_argument('--png', metavar='PATH', help='where to write the picture (default DIR/trace.png)')
     parser.add_argument('--no-png', action='store_true', help='print the text report only')
-    parser.add_argument('--iterations', type=int, default=3, metavar='K',
+    parser.add_argument('--iterations', type=count(), default=3, metavar='K',
                         help='consecutive iterations the timeline shows (default 3)')
     args = parser.parse_args(argv)
     try:

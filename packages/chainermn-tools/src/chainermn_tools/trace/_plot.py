@@ -4,6 +4,8 @@ Drawn with matplotlib's object API on an Agg canvas (no pyplot, so no global bac
 for the caller).  matplotlib is optional: ``pip install "chainermn-tools[plot]"``.
 """
 
+from chainermn_comm import safe_files
+
 from chainermn_tools.trace._analyse import median
 
 __all__ = ['COLORS', 'PlotUnavailable', 'write_png']
@@ -128,5 +130,6 @@ def write_png(report, path, iterations=3):
     fig.legend(handles=handles, loc='outside lower center', ncol=len(handles), frameon=False)
     fig.suptitle('chainermn trace: {} rank(s), median iteration {:.1f} ms'.format(
         len(report.ranks), report.median_iteration_ms), fontsize=12)
-    fig.savefig(path)
+    with safe_files.atomic_write(path) as f:   # never through a name someone planted
+        fig.savefig(f, format='png')
     return path

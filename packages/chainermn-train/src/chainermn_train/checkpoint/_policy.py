@@ -1,17 +1,19 @@
 """What the checkpointer may trust: pickle only when the user opts in, and a directory only they write.
 
-Also the checkpointer's warning and error classes, so that every checkpoint module raises the same.
+Also the checkpointer's warning and error classes, so that every checkpoint module raises the same,
+and :func:`agree`, which makes every rank raise the same error together.  Directories and files
+are checked by ``chainermn_comm.safe_files`` (``CHAINERMN_TRUST_SHARED=1`` or ``allow_shared=True``
+opts in to shared ones).
 """
 
-import os
-import stat
 import warnings
 
 from chainermn_comm import protocol, settings
+from chainermn_comm.safe_files import UntrustedPathError
 
-__all__ = ['CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError', 'ALLOW_PICKLE_ENV',
-           'START_FRESH_ENV', 'OPT_IN_HINT', 'allow_pickle', 'start_fresh', 'warn_pickle_once',
-           'directory_problem']
+__all__ = ['CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError',
+           'CheckpointInUseError', 'ALLOW_PICKLE_ENV', 'START_FRESH_ENV', 'OPT_IN_HINT',
+           'allow_pickle', 'start_fresh', 'warn_pickle_once', 'agree']
 
 #: Environment variable that lets ``maybe_load`` unpickle snapshots (``1``) when the code does not
 #: pass ``allow_pickle``; only for files you trust.
@@ -27,7 +29,7 @@ _pickle_warned = False  # the opt-in warns once per process
 
 
 class CheckpointWarning(UserWarning):
-    """Warned when a snapshot cannot be used, when pickle is used, or for an unsafe directory."""
+    """Warned when a snapshot cannot be used, when pickle is used, or a dead job's claim is taken over."""
 
 
 class SnapshotUnusableError(RuntimeError):
@@ -36,6 +38,16 @@ class SnapshotUnusableError(RuntimeError):
 
 class UnsafeCheckpointError(SnapshotUnusableError):
     """Raised by ``maybe_load`` when no snapshot can be loaded and some were refused for pickle."""
+
+
+class CheckpointInUseError(RuntimeError):
+    """Raised on every rank when another live job writes the same snapshots into the same directory."""
+
+
+#: The error classes :func:`agree` raises again on every rank (others become RuntimeError).
+_ERRORS = {c.__name__: c for c in (UntrustedPathError, CheckpointInUseError, SnapshotUnusableError,
+                                   UnsafeCheckpointError, NotADirectoryError, FileNotFoundError,
+                                   PermissionError, OSError, ValueError, TypeError, RuntimeError)}
 
 
 def allow_pickle(explicit):
@@ -65,21 +77,24 @@ def warn_pickle_once(rank, path, keys, how):
                   CheckpointWarning, stacklevel=6)
 
 
-def directory_problem(path):
-    """Return why other users could write snapshots into the directory ``path``, or None."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    problems = []
-    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
-        problems.append('world-writable without the sticky bit')
-    geteuid = getattr(os, 'geteuid', None)
-    if geteuid is not None and st.st_uid != geteuid():
-        problems.append('owned by uid {} while this process runs as uid {}'.format(
-            st.st_uid, geteuid()))
-    if not problems:
-        return None
-    return ('checkpoint directory {} (mode {:04o}, {}) is {}: other users can put snapshots there that '
-            'this job resumes from; use a directory only you can write to (e.g. chmod o-w)'.format(
-                path, stat.S_IMODE(st.st_mode), stat.filemode(st.st_mode), ' and '.join(problems)))
+def agree(comm, problem):
+    """Raise the same error on every rank when any rank has a ``problem`` (an exception); collective.
+
+    The error is the first failing rank's, of its class, naming that rank (and the others that
+    failed too), so a job of N ranks stops with one clear message instead of hanging.
+    """
+    mine = None if problem is None else (type(problem).__name__, str(problem))
+    views = comm.allgather_obj(mine)
+    bad = [(r, v) for r, v in enumerate(views) if v is not None]
+    if not bad:
+        return
+    first, (name, text) = bad[0]
+    cls = _ERRORS.get(name, RuntimeError)
+    others = ''
+    if len(bad) > 1:
+        others = ' (rank(s) {} failed likewise)'.format(','.join(str(r) for r, _ in bad[1:]))
+    message = 'rank {}: {}{}'.format(first, text, others)
+    error = cls(message)
+    if problem is not None and first == comm.rank:
+        raise error from problem
+    raise error

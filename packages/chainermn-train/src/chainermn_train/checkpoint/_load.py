@@ -12,27 +12,40 @@ import warnings
 
 import chainer
 import numpy
+from chainermn_comm import safe_files
 from chainermn_comm.log import get_logger
 
-from chainermn_train.extensions import _checkpoint_policy as policy
-from chainermn_train.extensions import _generations, _resize, _safe_npz
+from chainermn_train.checkpoint import _generations, _lineage, _resize, _safe_npz
+from chainermn_train.checkpoint import _policy as policy
 
 __all__ = ['load', 'read_own']
 
 _log = get_logger('train')
 
 
-def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None):
+def _read_file(ckpt, fn, allow_pickle, limits, keep):
+    with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
+        return _safe_npz.read(f, allow_pickle=allow_pickle, limits=limits, name=fn, keep=keep)
+
+
+def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None, keep=None,
+             limits=None):
     """Return ``(values, None)``, or ``(None, (kind, why))`` when this rank cannot use its file.
 
     ``kind`` is ``'refused'`` (it needs pickle, not allowed) or ``'unreadable'`` (missing,
-    truncated, corrupt, not a snapshot, or lacking a key of ``expected``).  ``source`` (bytes)
-    replaces reading the file.  Metadata keys are removed from ``values``.
+    truncated, corrupt, not a snapshot, larger than the arrays it fills, not trusted, or lacking a
+    key of ``expected``).  ``source`` (bytes) replaces reading the file.  Metadata keys are removed from
+    ``values``.  Every member is bounded by the shape ``expected`` (or ``limits``, when given)
+    gives its key; ``keep`` (key prefixes) leaves the other members unread.
     """
     fn = ckpt.filename(iteration)
+    limits = _resize.byte_limits(expected) if limits is None else limits
     try:
-        values, pickled = _safe_npz.read(fn if source is None else io.BytesIO(source),
-                                         allow_pickle=allow_pickle)
+        if source is None:
+            values, pickled = _read_file(ckpt, fn, allow_pickle, limits, keep)
+        else:
+            values, pickled = _safe_npz.read(io.BytesIO(source), allow_pickle=allow_pickle,
+                                             limits=limits, name=fn, keep=keep)
     except _safe_npz.PickleRequired as e:
         return None, ('refused', str(e))
     except Exception as e:  # truncated, corrupt, missing: all mean "cannot use this one"
@@ -46,7 +59,8 @@ def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None):
     return values, None
 
 
-def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, rejected=None):
+def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, rejected=None,
+                        keep=None):
     """Return ``(iteration, values, refused)`` for the newest candidate every rank can read.
 
     Collective.  Candidates are tried newest first; each rank reads its own file and the ranks
@@ -55,7 +69,7 @@ def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, reje
     """
     refused = []
     for it in sorted(candidates, reverse=True):
-        values, problem = read_own(ckpt, it, allow_pickle, how, expected)
+        values, problem = read_own(ckpt, it, allow_pickle, how, expected, keep=keep)
         # Only short status tuples are exchanged, between the ranks of this job (MPI).
         problems = ckpt.comm.allgather_obj(problem)
         bad = [(r, p[0], p[1]) for r, p in enumerate(problems) if p is not None]
@@ -105,7 +119,8 @@ def _donors(ckpt, it, files, rejected, refused):
     return donors
 
 
-def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local):
+def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weights_only=False,
+            keep=None):
     """Load the shared state of one readable file of the newest usable generation on every rank.
 
     Collective.  Returns ``(iteration, values, refused, mode)``; iteration is None if none works.
@@ -117,10 +132,13 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local):
         for r, q, meta in donors:
             problem, data = None, None
             if rank == q:
+                fn = ckpt.filename(it, r)
                 try:
-                    with open(ckpt.filename(it, r), 'rb') as f:
+                    with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
+                        _safe_npz.read(f, allow_pickle=allowed, limits=_resize.byte_limits(expected),
+                                       name=fn, keep=keep)   # bounded: checked before its bytes travel
+                        f.seek(0)
                         data = f.read()
-                    _safe_npz.read(io.BytesIO(data), allow_pickle=allowed)
                 except _safe_npz.PickleRequired as e:
                     problem = ('refused', str(e))
                 except Exception as e:
@@ -134,8 +152,9 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local):
                 continue
             buf = ckpt.comm.bcast(numpy.frombuffer(data, dtype=numpy.uint8) if rank == q else None,
                                   root=q)
-            values, mine = read_own(ckpt, it, allowed, how, source=buf.tobytes())
-            if mine is None:
+            values, mine = read_own(ckpt, it, allowed, how, source=buf.tobytes(), keep=keep,
+                                    limits=_resize.byte_limits(expected))
+            if mine is None and not weights_only:
                 _resize.fill_local(values, local)   # e.g. rank 0's LogReport from another rank's file
                 try:
                     _resize.rebuild_iterator_values(trainer, values, meta, rank)
@@ -159,11 +178,17 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local):
                 continue
             _resize.average_rank_state(   # e.g. PowerSGD's error memories: their mean on every rank
                 ckpt.comm, [(d[0], d[1]) for d in donors], values,
-                lambda old: _safe_npz.read(ckpt.filename(it, old), allow_pickle=allowed)[0])
+                lambda old: _read_checked(ckpt, ckpt.filename(it, old), allowed, expected))
             mode = 'resharded from {} (world size {}, {} rank(s) per node)'.format(
                 ckpt.filename(it, r), meta['world_size'], meta.get('ranks_per_node', '?'))
             return it, values, refused, mode
     return None, None, refused, None
+
+
+def _read_checked(ckpt, fn, allowed, expected):
+    """Return the values of the snapshot ``fn`` read as every snapshot is: trusted, bounded."""
+    with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
+        return _safe_npz.read(f, allow_pickle=allowed, limits=_resize.byte_limits(expected), name=fn)[0]
 
 
 def _unusable(ckpt, gens, rejected, refused, fresh_ok):
@@ -191,24 +216,66 @@ def _unusable(ckpt, gens, rejected, refused, fresh_ok):
             rank, ckpt.name, ckpt.path, size, text, policy.START_FRESH_ENV))
 
 
-def load(ckpt, trainer, optimizer, allow_pickle, start_fresh):
+def _refuse_untrusted(views):
+    """Raise UntrustedPathError (the same on every rank: all see ``views``) for links and others' files."""
+    bad = [(q, m[1]) for q, view in enumerate(views) for _, m in sorted(view.items())
+           if isinstance(m, tuple) and m[0] == 'untrusted']
+    if bad:
+        more = ' ({} more such file(s))'.format(len(bad) - 1) if len(bad) > 1 else ''
+        raise safe_files.UntrustedPathError('rank {}: {}{}; nothing was loaded.'.format(
+            bad[0][0], bad[0][1], more))
+
+
+def _weights_only(trainer, expected):
+    """Return ``expected`` cut down to the models' keys, and ``[(prefix, model)]`` to load them into."""
+    models = _lineage.models_of(trainer)
+    if models is None:
+        return expected, None
+    prefixes = tuple(p for p, _ in models)
+    return {k: v for k, v in expected.items() if k.startswith(prefixes)}, models
+
+
+def _deserialize(trainer, values, models, rank, it):
+    try:
+        if models is None:
+            chainer.serializers.NpzDeserializer(values).load(trainer)
+        else:
+            for prefix, model in models:
+                chainer.serializers.NpzDeserializer(values, path=prefix).load(model)
+    except KeyError as e:
+        raise policy.SnapshotUnusableError(
+            'rank {}: the snapshot of iteration {} lacks key {} that this job needs while loading; '
+            'the job is not the one that wrote it'.format(rank, it, e)) from None
+
+
+def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False):
     """Do the work of ``MultiNodeCheckpointer.maybe_load``; return the loaded iteration or None."""
     start = time.monotonic()
     allowed, how = policy.allow_pickle(allow_pickle if allow_pickle is not None else ckpt.allow_pickle)
     fresh_ok = policy.start_fresh(start_fresh)
-    ckpt._makedirs()
-    ckpt._remove_stale_tmp()
+    ckpt._prepare_load()
     local = {}
     expected = _resize.expected_keys(trainer, local)
-    gens = _generations.group_views(ckpt.comm.allgather_obj(ckpt._scan()))
+    models = None
+    if weights_only:
+        expected, models = _weights_only(trainer, expected)
+    views = ckpt.comm.allgather_obj(ckpt._scan())
+    _refuse_untrusted(views)
+    gens = _generations.group_views(views)
     size, rank = ckpt.comm.size, ckpt.comm.rank
     rejected = {}
-    it, values, refused = agree_on_generation(ckpt, _generations.exact_candidates(gens, size),
-                                              allowed, how, expected, rejected)
+    # Every rank sees the same views, so every rank screens out the same generations.
+    skip = _lineage.screen(gens, trainer, weights_only, rejected)
+    skip |= {it for it, _ in _generations.oversized(gens, rejected)}
+    usable = {it: files for it, files in gens.items() if it not in skip}
+    exact = [it for it in _generations.exact_candidates(usable, size)
+             if not _generations.own_file_problems(usable[it], size, rejected.setdefault(it, []))]
+    keep = tuple(p for p, _ in models) if models else None   # weights only: the rest stays unread
+    it, values, refused = agree_on_generation(ckpt, exact, allowed, how, expected, rejected, keep)
     mode = 'same world size, own files'
     if it is None:
-        it, values, refused2, mode = reshard(ckpt, trainer, gens, allowed, how, expected, rejected,
-                                             local)
+        it, values, refused2, mode = reshard(ckpt, trainer, usable, allowed, how, expected,
+                                             rejected, local, weights_only, keep)
         refused += refused2
     st = ckpt._stats
     if it is None:
@@ -216,15 +283,22 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh):
         if not gens:
             return None
         return _unusable(ckpt, gens, rejected, refused, fresh_ok)
-    try:
-        chainer.serializers.NpzDeserializer(values).load(trainer)
-    except KeyError as e:
-        raise policy.SnapshotUnusableError(
-            'rank {}: the snapshot of iteration {} lacks key {} that this job needs while loading; '
-            'the job is not the one that wrote it'.format(rank, it, e)) from None
-    if optimizer is not None and hasattr(optimizer, '_mn_mark_synced'):
-        optimizer._mn_mark_synced()
-    ckpt._counter = it
+    _deserialize(trainer, values, models if weights_only else None, rank, it)
+    skipped = sorted((g for g in gens if g > it and rejected.get(g)), reverse=True)
+    if skipped and rank == 0:
+        warnings.warn('rank 0: loading generation {} of {!r}; newer ones were refused: {}'.format(
+            it, ckpt.name, ' | '.join('iteration {}: {}'.format(g, '; '.join(rejected[g]))
+                                      for g in skipped)), policy.CheckpointWarning, stacklevel=4)
+    runs = {_lineage.run_of(m) for fl in gens[it].values() for _, m in fl if isinstance(m, dict)}
+    if not weights_only:
+        if optimizer is not None and hasattr(optimizer, '_mn_mark_synced'):
+            optimizer._mn_mark_synced()
+        ckpt._counter = it
+        if len(runs) == 1 and None not in runs:
+            ckpt.run_id = runs.pop()   # this job continues the run it resumed
+        mode += ', run {}'.format(ckpt.run_id)
+    else:
+        mode += ', model weights only'
     st['loads'] += 1
     st['loaded_iteration'] = it
     st['load_mode'] = mode

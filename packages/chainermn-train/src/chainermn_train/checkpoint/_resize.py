@@ -17,9 +17,11 @@ import chainer
 import numpy
 from chainermn_comm.hooks import RANK_MEAN
 
+from chainermn_train.checkpoint import _lineage, _safe_npz
+
 __all__ = ['generation_meta', 'iterators_of', 'iterator_prefix', 'rebuild_iterator_values',
-           'expected_keys', 'fill_local', 'mismatches', 'LOCAL_PREFIXES', 'RANK_MEAN_MARK',
-           'average_rank_state']
+           'expected_keys', 'byte_limits', 'fill_local', 'mismatches', 'LOCAL_PREFIXES',
+           'RANK_MEAN_MARK', 'average_rank_state']
 
 
 def iterators_of(obj):
@@ -160,7 +162,29 @@ def expected_keys(obj, local=None):
     finally:
         if unstarted:
             obj._start_at = None
+    _add_optimizer_state(obj, keys)
     return keys
+
+
+def _add_optimizer_state(obj, keys):
+    """Add the state keys an optimizer without state yet asks for while loading (Adam's m and v)."""
+    for prefix, opt in _lineage.optimizers_of(obj).values():
+        names = None
+        for path, param in sorted(opt.target.namedparams()):
+            rule = getattr(param, 'update_rule', None)
+            if rule is None or rule.state is not None or not rule.enabled:
+                continue   # a rule with state was recorded by serializing it
+            if names is None:
+                names = _lineage.state_keys(opt) or []
+            shape = None if param.array is None else tuple(param.array.shape)
+            for name in names:
+                keys['{}{}/{}'.format(prefix, path.strip('/'), name)] = shape
+
+
+def byte_limits(expected):
+    """Return ``{key: most bytes its member may declare}`` for the keys of ``expected`` of known shape."""
+    return {k: _safe_npz.member_limit(shape) for k, shape in (expected or {}).items()
+            if shape is not None}
 
 
 def fill_local(values, local):

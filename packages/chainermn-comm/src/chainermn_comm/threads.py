@@ -1,0 +1,241 @@
+"""Size each rank's BLAS and OpenMP thread pools to its share of the machine's CPUs.
+
+>>> from chainermn_comm import threads
+>>> threads.current()       # after create_communicator: what this process chose
+ThreadChoice(threads=1, source='rule', cpus=2, sharing=2)
+
+Each BLAS (OpenBLAS, MKL) and OpenMP runtime starts one thread per core of the machine, so N ranks
+on a node would run N x cores threads that spin against each other.  At communicator creation
+(one ``allgather`` of a few numbers per rank) every rank applies, in this order:
+
+1. ``CHAINERMN_THREADS=N``: N threads per pool (``0``: leave the pools alone);
+2. ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREADS`` set by the user: the
+   libraries already obey them; nothing is changed;
+3. the rule: the CPUs this rank may run on (its affinity mask, capped by a cgroup CPU quota)
+   divided by the ranks of the job on the same machine whose masks overlap its own (itself
+   included), at least 1.
+
+The pools are set with threadpoolctl (every BLAS and OpenMP library loaded so far; OpenBLAS's
+setting holds for every thread of the process), and the three variables are exported with the
+same number (``CHAINERMN_THREADS_CHOSEN`` marks them as chainermn's), so that libraries loaded later and child
+processes (``MultiprocessIterator``'s workers, a forkserver) start with the same number instead
+of one thread per core each.  The first communicator of a process decides; later ones (``split``)
+keep it.  "The same machine" is the kernel's boot id, so nodes made of namespaces on one machine
+and containers of one host count as the one machine whose CPUs they share.
+
+Rank 0 logs once per job what the rule chose (``chainermn`` logger, jobs of more than one rank),
+and warns once (one line for the job) when ranks are oversubscribed: more ranks on a machine than
+its CPUs, or ranks bound to a set of CPUs smaller than their number.
+"""
+
+import collections
+import os
+import socket
+
+from chainermn_comm import settings
+from chainermn_comm.protocol import THREADS_CHOSEN_ENV, THREADS_ENV
+
+__all__ = ['POOL_VARIABLES', 'CpuFacts', 'ThreadChoice', 'local_facts', 'cpu_list', 'decide',
+           'oversubscription', 'size_thread_pools', 'current', 'pools']
+
+#: The variables through which a user sizes the pools (and which chainermn exports when unset).
+POOL_VARIABLES = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')
+
+#: What a rank tells the others: machine (boot id), host name, affinity mask (bits), CPUs online,
+#: CPUs its cgroup quota allows (None: no quota), and whether it already said the job's line.
+CpuFacts = collections.namedtuple('CpuFacts', 'machine host mask online quota said')
+
+#: A rank's decision: ``threads`` per pool (None: left alone), ``source`` (``'rule'``, or the
+#: variable that decided), the CPUs it may use and the ranks (itself included) that share them.
+ThreadChoice = collections.namedtuple('ThreadChoice', 'threads source cpus sharing')
+
+_state = {'choice': None, 'said': False}
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _machine():
+    """Return an id of this machine shared by its namespaces and containers (boot id, else host)."""
+    return _read('/proc/sys/kernel/random/boot_id') or socket.gethostname()
+
+
+def _mask():
+    try:
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):  # no affinity on this system: every CPU
+        cpus = range(os.cpu_count() or 1)
+    return sum(1 << c for c in cpus)
+
+
+def _quota():
+    """Return the whole CPUs the cgroup's CPU quota allows (v2 ``cpu.max``, v1 CFS), or None."""
+    dirs = []
+    for line in (_read('/proc/self/cgroup') or '').splitlines():
+        parts = line.split(':', 2)
+        if len(parts) == 3 and parts[1] == '':
+            dirs += [('/sys/fs/cgroup' + parts[2]).rstrip('/'), '/sys/fs/cgroup']
+        elif len(parts) == 3 and 'cpu' in parts[1].split(','):
+            dirs += [os.path.join('/sys/fs/cgroup', c) + parts[2].rstrip('/') for c in (parts[1], 'cpu')]
+    found = []
+    for d in dirs:
+        v2 = (_read(os.path.join(d, 'cpu.max')) or '').split()
+        v1 = (_read(os.path.join(d, 'cpu.cfs_quota_us')), _read(os.path.join(d, 'cpu.cfs_period_us')))
+        quota, period = (v2 + [None, None])[:2] if v2 else v1
+        try:
+            if quota not in (None, 'max', '-1') and int(period) > 0:
+                found.append(max(1, int(quota) // int(period)))
+        except (TypeError, ValueError):
+            continue
+    return min(found) if found else None
+
+
+def local_facts(said=False):
+    """Return this rank's :class:`CpuFacts`."""
+    return CpuFacts(_machine(), socket.gethostname(), _mask(), os.cpu_count() or 1, _quota(), said)
+
+
+def cpu_list(mask):
+    """Return the CPUs of a mask as ``'0-3,8'``."""
+    cpus = [c for c in range(mask.bit_length()) if mask >> c & 1]
+    out, i = [], 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        out.append(str(cpus[i]) if i == j else '{}-{}'.format(cpus[i], cpus[j]))
+        i = j + 1
+    return ','.join(out)
+
+
+def _usable(f, mask=None):
+    """Return how many CPUs ``mask`` (default: the rank's) gives, capped by the rank's quota."""
+    n = bin(f.mask if mask is None else mask).count('1')
+    return n if f.quota is None else min(n, f.quota)
+
+
+def _sharing(facts, rank):
+    """Return the ranks on ``rank``'s machine whose masks overlap its own (itself included)."""
+    me = facts[rank]
+    return [r for r, f in enumerate(facts) if f.machine == me.machine and f.mask & me.mask]
+
+
+def _user_variable(env):
+    """Return the first pool variable the user set (not one chainermn exported), or None."""
+    ours = env.get(THREADS_CHOSEN_ENV, '').strip()
+    for name in POOL_VARIABLES:
+        value = env.get(name, '').strip()
+        if value and value != ours:
+            return name
+    return None
+
+
+def decide(facts, rank, environ=None):
+    """Return the :class:`ThreadChoice` of ``rank`` given every rank's facts and its environment."""
+    env = os.environ if environ is None else environ
+    cpus, sharing = _usable(facts[rank]), len(_sharing(facts, rank))
+    if settings.is_set(THREADS_ENV, environ=env):
+        return ThreadChoice(settings.read(THREADS_ENV, environ=env) or None, THREADS_ENV, cpus, sharing)
+    user = _user_variable(env)
+    if user is not None:
+        return ThreadChoice(None, user, cpus, sharing)
+    return ThreadChoice(max(1, cpus // sharing), 'rule', cpus, sharing)
+
+
+def oversubscription(facts):
+    """Return one text per machine whose ranks outnumber the CPUs they may run on (empty: none)."""
+    out = []
+    for machine in dict.fromkeys(f.machine for f in facts):
+        ranks = [r for r, f in enumerate(facts) if f.machine == machine]
+        union = 0
+        for r in ranks:
+            union |= facts[r].mask
+        cpus = _usable(facts[ranks[0]], union)
+        parts = []
+        if len(ranks) > cpus:
+            parts.append('{} ranks ({}) share {} CPU{}'.format(len(ranks), _ranges(ranks), cpus,
+                                                              's' if cpus > 1 else ''))
+        for r in ranks:
+            group = _sharing(facts, r)
+            mask = 0
+            for g in group:
+                mask |= facts[g].mask
+            if r == group[0] and len(group) > _usable(facts[r], mask) and mask != union:
+                parts.append('ranks {} are bound to the same CPU{} ({})'.format(
+                    _ranges(group), 's' if bin(mask).count('1') > 1 else '', cpu_list(mask)))
+        if parts:
+            hosts = '/'.join(dict.fromkeys(facts[r].host for r in ranks))
+            out.append('{} on {}'.format(', '.join(parts), hosts))
+    return out
+
+
+def _ranges(ranks):
+    return cpu_list(sum(1 << r for r in ranks))
+
+
+def _apply(threads):
+    """Set every loaded BLAS and OpenMP pool to ``threads``; export it for what starts later."""
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(limits=threads)
+    except Exception as e:  # never fail one rank in the middle of a collective creation
+        from chainermn_comm.log import get_logger
+        get_logger('threads').warning('could not size the thread pools with threadpoolctl (%s: %s); '
+                                      'libraries loaded from now on use %d', type(e).__name__, e, threads)
+    for name in POOL_VARIABLES + (THREADS_CHOSEN_ENV,):
+        os.environ[name] = str(threads)
+
+
+def pools():
+    """Return ``[(library, threading layer, threads)]`` of the BLAS and OpenMP pools loaded now."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [(p.get('internal_api'), p.get('threading_layer'), p.get('num_threads'))
+            for p in threadpool_info()]
+
+
+def current():
+    """Return the :class:`ThreadChoice` this process made (None before its first communicator)."""
+    return _state['choice']
+
+
+def size_thread_pools(mpi_comm):
+    """Size this rank's pools (the first time in a process); say once per job what was chosen.
+
+    Collective over ``mpi_comm``: one ``allgather`` of each rank's :class:`CpuFacts`.
+    """
+    facts = mpi_comm.allgather(local_facts(_state['said']))
+    rank = mpi_comm.Get_rank()
+    if _state['choice'] is None:
+        choice = decide(facts, rank)
+        if choice.threads:
+            _apply(choice.threads)
+        _state['choice'] = choice
+    said, _state['said'] = any(f.said for f in facts), True
+    if rank == 0 and not said:
+        _say(facts, mpi_comm.Get_size())
+    return _state['choice']
+
+
+def _say(facts, size):
+    from chainermn_comm.log import get_logger
+    logger = get_logger('threads')
+    choice = _state['choice']
+    if choice.source == 'rule' and size > 1:
+        counts = sorted({max(1, _usable(f) // len(_sharing(facts, r))) for r, f in enumerate(facts)})
+        n = str(counts[0]) if len(counts) == 1 else '{}-{}'.format(counts[0], counts[-1])
+        logger.info('BLAS and OpenMP threads: %s per rank (rank 0: CPUs %s, %d usable, shared by %d '
+                    'ranks); %s=N sets N, 0 leaves the pools alone', n, cpu_list(facts[0].mask),
+                    choice.cpus, choice.sharing, THREADS_ENV)
+    problems = oversubscription(facts)
+    if problems:
+        logger.warning('oversubscribed: %s; the ranks spin against each other: start at most as many '
+                       'ranks per node as it has CPUs, bound to disjoint cores (docs/communicators.md, '
+                       '"Ranks, cores and threads")', '; '.join(problems))

@@ -1,0 +1,411 @@
+"""Generational per-rank snapshots that let a whole job resume from the newest common iteration.
+
+Files are named ``<name>.<rank>.<iteration>`` (NumPy ``.npz`` content written by Chainer's
+serializers, with no pickled object: see ``_safe_npz``).  Every file is written through
+``chainermn_comm.safe_files``: a new file under an unpredictable name in the same directory,
+flushed, ``fsync``-ed and renamed over the final name (then the directory is ``fsync``-ed), so a
+crash mid-write never leaves a file under a final name and a name planted by someone else is never
+followed.  ``save`` is local to the rank (no communication), so it may be called at different
+iterations on different ranks (e.g. on preemption); creating the checkpointer and ``maybe_load``
+are collectives.
+
+Nothing on disk is trusted by default: the directory must be this user's and writable by nobody
+else, and every file read must be a regular file of this user (``allow_shared=True`` or
+``CHAINERMN_TRUST_SHARED=1`` opts in); at creation each rank claims the directory for this job
+(``_owner``), so a second job writing the same snapshots is refused at start, naming the first.
+Loading never unpickles unless the user opts in for files they trust (``allow_pickle=True`` or
+``CHAINERMN_ALLOW_PICKLE=1``), and every read is bounded before anything is inflated.
+
+Each file also records its generation (see ``_resize`` and ``_lineage``): the run identity, the
+world size and ranks per node that wrote it, the iteration, the epoch, every iterator's position
+as a fraction of its epoch and each optimizer's class and state names.  A generation whose files
+come from two runs, whose files' contents disagree with their names, or whose optimizer is not this
+job's is never loaded (``maybe_load(..., weights_only=True)`` loads the model weights only).  A job
+of the same world size resumes bitwise from its own files.  A job of another size (or one whose
+ranks lack their own files, e.g. a node with local disks was replaced) takes the state every rank
+holds the same from one readable file of the newest usable generation (rank 0's first), sent by
+the rank that can read it to all others, and moves each iterator to the same epoch and fraction of
+its new shard.  When snapshots exist and none can be used, ``maybe_load`` raises
+:class:`SnapshotUnusableError` naming every generation and why it was rejected, unless the caller
+opts in to start fresh (``start_fresh=True`` or ``CHAINERMN_START_FRESH=1``).  Files written by a
+job of another world size are removed only once a complete generation of the current size exists;
+files of another run are never removed.
+
+This module is the extension; its jobs live beside it: ``_writer`` (how a file is written and
+removed), ``_policy`` (what may be trusted, the error classes, raising together), ``_owner`` (which
+job writes the directory), ``_lineage`` (run identity, optimizer), ``_generations`` (listing,
+completeness, garbage collection), ``_load`` (agreement on a generation, resharding) and
+``_launch_status`` (progress for ``python -m chainermn launch``).  Each time it runs as an
+extension it also compares the model's parameters across ranks (``chainermn_train._fingerprint``).
+"""
+
+import os
+import sys
+import time
+import warnings
+
+import chainer
+import numpy
+
+from chainermn_comm import safe_files, trace
+from chainermn_comm.engine import fail_together
+
+from chainermn_train import _fingerprint
+from chainermn_train.checkpoint import (_generations, _launch_status, _lineage, _load, _owner, _policy,
+                                        _resize, _safe_npz, _writer)
+from chainermn_train.checkpoint._policy import (ALLOW_PICKLE_ENV, START_FRESH_ENV, CheckpointInUseError,
+                                                CheckpointWarning, SnapshotUnusableError,
+                                                UnsafeCheckpointError)
+
+__all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',
+           'CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError',
+           'CheckpointInUseError', 'ALLOW_PICKLE_ENV', 'START_FRESH_ENV']
+
+
+#: ``(directory, name)`` of the stray files already warned about (one warning per process).
+_WARNED_STRAY = set()
+
+
+def _iteration_of(obj):
+    if isinstance(obj, chainer.training.Trainer):
+        return int(obj.updater.iteration)
+    it = getattr(obj, 'iteration', None)
+    if isinstance(it, (int, numpy.integer)) and not isinstance(it, bool):
+        return int(it)
+    return None
+
+
+class MultiNodeCheckpointer(chainer.training.Extension):
+    """Trainer extension saving ``<name>.<rank>.<iteration>`` snapshots; see the module docstring.
+
+    Creating it is a collective (every rank checks the directory, the ranks agree on the run
+    identity, and each rank claims the directory for this job; any failure raises the same error
+    on every rank).
+
+    Args:
+        name (str): identifier of the run (the files' prefix).
+        comm: ChainerMN communicator.
+        cp_interval (int): minimum number of snapshots (generations) kept per rank.
+        gc_interval (int): number of saves between two collections of older snapshots.
+        path (str): directory of the snapshots (created if missing; default: current directory).
+        allow_pickle (bool or None): let :meth:`maybe_load` unpickle snapshots that need it (files
+            written by chainermn before pickle-free snapshots); only for files you trust.  None:
+            ``$CHAINERMN_ALLOW_PICKLE`` decides (``1`` allows).  Unpickling warns once per process.
+        allow_shared (bool or None): trust a directory that other users own or can write, and
+            their files (only for a directory you really share with people you trust).  None:
+            ``$CHAINERMN_TRUST_SHARED`` decides.
+    """
+
+    trigger = 1, 'epoch'
+    priority = chainer.training.PRIORITY_READER  # after every other extension updated its state
+
+    def __init__(self, name, comm, cp_interval=5, gc_interval=5, path=None, allow_pickle=None,
+                 allow_shared=None):
+        if not isinstance(name, str) or not name or os.sep in name or (os.altsep and os.altsep in name):
+            raise ValueError('checkpointer name must be a non-empty string without path separators; '
+                             'got {!r}'.format(name))
+        for what, v in (('cp_interval', cp_interval), ('gc_interval', gc_interval)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError('{} must be a positive int; got {!r}'.format(what, v))
+        self.name = name
+        self.comm = comm
+        self.cp_interval = cp_interval
+        self.gc_interval = gc_interval
+        self.path = os.path.abspath(path if path is not None else os.getcwd())
+        self.allow_pickle = allow_pickle
+        self.allow_shared = allow_shared
+        #: The run identity written into every snapshot (rank 0's at start; the loaded one's after
+        #: a resume).
+        self.run_id = None
+        self._token = None
+        self._started = None
+        self._members = []
+        self._counter = 0
+        self._saves_since_gc = 0
+        self._failed = False
+        self._trainer = None
+        self._launch_status = _launch_status.LaunchStatus(comm)
+        self._stats = {'saves': 0, 'save_seconds': 0.0, 'bytes_saved': 0, 'loads': 0,
+                       'load_seconds': 0.0, 'loaded_iteration': None, 'last_saved_iteration': None,
+                       'skipped_unreadable': 0, 'refused_pickle': 0, 'files_removed': 0}
+        self._start()
+
+    @property
+    def default_name(self):
+        return 'MultiNodeCheckpointer'
+
+    # -- the directory and who writes it ----------------------------------------------
+    def _directory_problem(self):
+        try:
+            safe_files.make_directory(self.path, 'checkpoint directory', self.allow_shared)
+        except OSError as e:   # UntrustedPathError among them
+            return e
+        return None
+
+    def _claim(self):
+        """Claim this rank's owner record; return the problem (an exception) or None."""
+        try:
+            conflict, taken = _owner.claim(self.path, self.name, self.comm.rank, self._token,
+                                           self._started, self._members, self.allow_shared)
+        except OSError as e:
+            return e
+        if conflict is not None:
+            return CheckpointInUseError('chainermn checkpoint: ' + conflict)
+        if taken:
+            warnings.warn('rank {}: took over the snapshots {!r} in {} from job(s) that are gone: {}'
+                          .format(self.comm.rank, self.name, self.path, '; '.join(taken)),
+                          CheckpointWarning, stacklevel=4)
+        return None
+
+    def _start(self):
+        """Check the directory, agree on the run identity and claim the directory (collective)."""
+        _policy.agree(self.comm, self._directory_problem())
+        views = self.comm.allgather_obj((_lineage.new_run_id(), time.time(), _owner.identity()))
+        self._token, self._started = views[0][:2]
+        self._members = [v[2] for v in views]   # this job's processes: their records are ours
+        self.run_id = self._token
+        problem = self._claim()
+        try:
+            _policy.agree(self.comm, problem)
+        except BaseException:
+            if problem is None:   # this rank's claim stands, but the job does not start
+                self._release()
+            raise
+
+    def _readiness_problem(self):
+        """Return why this rank cannot write now (the directory, or this job's claim on it), or None."""
+        problem = self._directory_problem()
+        if problem is None and _owner.check(self.path, self.name, self.comm.rank, self._token,
+                                            self.allow_shared) is not None:
+            problem = self._claim()   # the record was removed or replaced: claim again
+        return problem
+
+    def _ensure_ready(self):
+        """Before a save (not a collective): fail together unless this rank can write."""
+        problem = self._readiness_problem()
+        if problem is not None:
+            fail_together(self.comm, 'checkpoint save', problem)
+
+    def _release(self):
+        _owner.release(self.path, self.name, self.comm.rank, self._token, self.allow_shared)
+
+    # -- files ------------------------------------------------------------------------
+    def filename(self, iteration, rank=None):
+        """Return the path of the snapshot of ``rank`` (default: this rank) at ``iteration``."""
+        rank = self.comm.rank if rank is None else rank
+        return os.path.join(self.path, '{}.{}.{}'.format(self.name, rank, int(iteration)))
+
+    def _tmp_prefix(self):
+        return '.{}.{}.'.format(self.name, self.comm.rank)
+
+    def local_iterations(self):
+        """Return the sorted iterations this rank has a snapshot file for."""
+        return sorted(it for r, it in self.visible_files() if r == self.comm.rank)
+
+    def visible_files(self):
+        """Return the sorted ``(rank, iteration)`` of every snapshot file of this name in the directory.
+
+        Other names that start with ``<name>.`` are ignored, with one warning (per process, on the
+        first rank of each node).
+        """
+        stray = []
+        files = _generations.list_files(self.path, self.name, stray)
+        new = sorted({(self.path, n) for n in stray} - _WARNED_STRAY)
+        if new:
+            _WARNED_STRAY.update(new)
+            new = [n for _, n in new]
+            if getattr(self.comm, 'intra_rank', 0) == 0:
+                warnings.warn('rank {}: ignoring {} file(s) in {} whose names start with {!r} but are '
+                              'not {}.<rank>.<iteration> in ASCII digits: {}; they are neither loaded '
+                              'nor removed'.format(self.comm.rank, len(new), self.path, self.name + '.',
+                                                   self.name, ', '.join(repr(n) for n in new[:8])),
+                              CheckpointWarning, stacklevel=3)
+        return files
+
+    def _meta_of(self, iteration, rank):
+        """Return the metadata of a file, or ``(kind, why)`` when it cannot be used."""
+        return _generations.read_meta(self.filename(iteration, rank), self.allow_shared, rank,
+                                      iteration)
+
+    def _scan(self):
+        """Return ``{(iteration, rank): meta or (kind, why)}`` for the files this rank sees."""
+        return {(it, r): self._meta_of(it, r) for r, it in self.visible_files()}
+
+    # -- saving -----------------------------------------------------------------------
+    def __call__(self, trainer):
+        self._trainer = trainer
+        self._check_parameters(trainer)   # here, not in save: save is not a collective
+        self.save(trainer)
+
+    def initialize(self, trainer):
+        self._trainer = trainer
+
+    def save(self, obj, iteration=None):
+        """Write this rank's snapshot of ``obj`` (a Trainer or any serializable object) atomically.
+
+        The file holds no pickled object (``None`` values are listed by name); a value that only
+        pickle could store raises ``TypeError`` naming its key.
+        The iteration is ``iteration`` if given, else the trainer's (or ``obj.iteration``), else
+        one more than the last saved/loaded one.  Not a collective.  Returns the file name.
+        """
+        with trace.span('checkpoint save', 'io'):
+            return self._save(obj, iteration)
+
+    def _save(self, obj, iteration):
+        start = time.monotonic()
+        if iteration is None:
+            iteration = _iteration_of(obj)
+        if iteration is None:
+            iteration = self._counter + 1
+        iteration = int(iteration)
+        self._ensure_ready()
+        final = self.filename(iteration)
+        meta = _resize.generation_meta(obj, self.comm, iteration)
+        meta[_lineage.RUN_KEY] = self.run_id
+        meta.update(_lineage.optimizer_meta(obj))
+        size = _writer.write_atomically(final, lambda f: _safe_npz.write(f, obj, meta))
+        self._counter = iteration
+        st = self._stats
+        st['saves'] += 1
+        st['bytes_saved'] += size
+        st['last_saved_iteration'] = iteration
+        self._saves_since_gc += 1
+        if self._saves_since_gc >= self.gc_interval:
+            self._saves_since_gc = 0
+            self.collect()
+        st['save_seconds'] += time.monotonic() - start
+        return final
+
+    def collect(self):
+        """Remove this rank's snapshots older than the newest ``cp_interval`` ones.
+
+        Only files of this run (or written before runs were recorded) that this user owns are
+        removed.  Files written by a job of another world size (and, on rank 0, files of ranks that
+        this job does not have) are kept until a complete generation of the current size is on disk.
+        """
+        metas = {}
+
+        def meta_of(it, r):
+            if (it, r) not in metas:
+                metas[(it, r)] = self._meta_of(it, r)
+            return metas[(it, r)]
+
+        for r, it in _generations.files_to_collect(self.visible_files(), self.comm.rank,
+                                                   self.comm.size, self.cp_interval, meta_of,
+                                                   self.run_id):
+            self._remove(self.filename(it, r))
+
+    def _remove(self, fn):
+        if _writer.remove_file(fn):
+            self._stats['files_removed'] += 1
+
+    def _remove_stale_tmp(self):
+        _writer.remove_stale_tmp(self.path, self._tmp_prefix())
+
+    # -- loading ----------------------------------------------------------------------
+
+    def maybe_load(self, trainer, optimizer=None, allow_pickle=None, start_fresh=None,
+                   weights_only=False):
+        """Resume every rank from the newest usable snapshot generation; see the module docstring.
+
+        ``trainer`` may be a Trainer or any object saved with :meth:`save`.  Collective.  On the same
+        world size every rank loads its own file of the newest iteration all ranks can read
+        (bitwise resume).  Otherwise (another world size, or ranks without their own files) every
+        rank loads the shared state of one readable file of the newest usable generation and the
+        updater's iterators are moved to the same epoch and fraction of their new shard.  When
+        ``optimizer`` is a multi-node optimizer, it skips its next parameter broadcast.  Returns
+        the loaded iteration, or None when there is no snapshot at all.  The job takes over the
+        run identity of what it loaded.
+
+        Snapshots that need pickle are refused (``CheckpointWarning`` naming the file and keys;
+        an older generation is used) unless ``allow_pickle`` (default: the checkpointer's
+        ``allow_pickle``, else ``$CHAINERMN_ALLOW_PICKLE``) is true.  A generation written with
+        another optimizer (class or state names) is refused, naming both; ``weights_only=True``
+        loads only the models' parameters and persistents of the updater's optimizers (everything
+        for a Link), leaves the iteration, optimizer state, iterators and extensions as they are
+        and keeps this job's run identity.  When snapshots exist but none can be used, every rank
+        raises :class:`SnapshotUnusableError` (or :class:`UnsafeCheckpointError` when some were
+        refused for pickle) naming each generation, the world size it needs and why it was
+        rejected; ``start_fresh=True`` (or ``$CHAINERMN_START_FRESH=1``) returns None instead.
+        No file is deleted either way.  A file that is a link or another user's raises
+        ``UntrustedPathError`` on every rank.
+        """
+        with trace.span('checkpoint load', 'io'):
+            loaded = _load.load(self, trainer, optimizer, allow_pickle, start_fresh, weights_only)
+        # Follows the iterations from now on: added after loading, snapshots never need its state.
+        self._launch_status.loaded(loaded, trainer)
+        return loaded
+
+    def _prepare_load(self):
+        """Check the directory and this job's claim on every rank, together; remove stale temporaries."""
+        _policy.agree(self.comm, self._readiness_problem())
+        self._remove_stale_tmp()
+
+    def _check_parameters(self, obj):
+        """Warn once when the ranks' parameters differ (all ranks take part; see ``_fingerprint``)."""
+        target = _fingerprint.model_of(obj)
+        if target is not None:
+            _fingerprint.check_same_parameters(self.comm, target, 'the checkpointer')
+
+    # -- end of training --------------------------------------------------------------
+    def on_error(self, trainer, exc, tb):
+        self._failed = True
+
+    def _completed(self):
+        if self._failed or sys.exc_info()[0] is not None:
+            return False
+        trainer = self._trainer
+        if trainer is None:
+            return True
+        length = getattr(trainer.stop_trigger, 'get_training_length', None)
+        if length is None:
+            return True
+        period, unit = length()
+        if unit == 'iteration':
+            return trainer.updater.iteration >= period
+        return trainer.updater.epoch_detail >= period
+
+    def finalize(self):
+        """Remove this rank's snapshots when the training run completed without an error; let go of the directory."""
+        if self._completed():
+            self.cleanup()
+        self._release()
+
+    def cleanup(self):
+        """Remove this rank's snapshot files of this run (rank 0: also ranks this job lacks).
+
+        Files of another run, links and other users' files are left alone.
+        """
+        for r, it in self.visible_files():
+            if r == self.comm.rank or (self.comm.rank == 0 and r >= self.comm.size):
+                meta = self._meta_of(it, r)
+                if isinstance(meta, dict) and _lineage.run_of(meta) not in (None, self.run_id):
+                    continue
+                self._remove(self.filename(it, r))
+        self._remove_stale_tmp()
+
+    def get_stats(self):
+        """Return a dict of counters: saves, bytes, seconds, loads, removed files, ..."""
+        st = dict(self._stats)
+        st['rank'] = self.comm.rank
+        st['path'] = self.path
+        st['run_id'] = self.run_id
+        st['local_iterations'] = self.local_iterations()
+        return st
+
+
+def create_multi_node_checkpointer(name, comm, cp_interval=5, gc_interval=5, path=None,
+                                   allow_pickle=None, allow_shared=None):
+    """Create a multi-node checkpointer (snapshots ``<name>.<rank>.<iteration>`` under ``path``).
+
+    Collective.  ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you
+    trust); None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts
+    a directory other users can write (only one you really share); None leaves the choice to
+    ``$CHAINERMN_TRUST_SHARED``.
+    """
+    return MultiNodeCheckpointer(name, comm, cp_interval=cp_interval, gc_interval=gc_interval,
+                                 path=path, allow_pickle=allow_pickle, allow_shared=allow_shared)
+
+
+#: The manual's spelling of :func:`create_multi_node_checkpointer`.
+create_multi_node_checkpoint = create_multi_node_checkpointer
