@@ -1,7 +1,8 @@
 """Draw the accuracy curves of bench/hooks_accuracy.py and print the final accuracies against exact.
 
 Usage: python bench/hooks_plot.py RESULT.json [RESULT.json ...] --png OUT.png
-Each result is one rank count; per model it plots the mean validation accuracy over the seeds
+Results of one rank count are merged; where two hold the same model, the later on the command
+line wins (e.g. a longer run of one model).  Per rank count and model it plots the mean validation accuracy over the seeds
 after each epoch (the band: min and max over the seeds) for exact averaging and every PowerSGD
 rank, and prints per model, rank count and hook the final accuracy (mean of the seeds) and its
 difference from exact averaging in percentage points.
@@ -11,6 +12,16 @@ import argparse
 import json
 
 import numpy
+
+
+def _merge(results):
+    """Return one result per rank count: each model's runs from the last result that has it."""
+    by_ranks = {}
+    for res in results:
+        mine = by_ranks.setdefault(res['meta']['ranks'], {'meta': dict(res['meta']), 'runs': []})
+        models = {r['model'] for r in res['runs']}
+        mine['runs'] = [r for r in mine['runs'] if r['model'] not in models] + res['runs']
+    return [by_ranks[k] for k in sorted(by_ranks)]
 
 
 def summary(results):
@@ -49,7 +60,9 @@ def plot(results, path):
                         lw=2 if hook == 'exact' else 1.2)
                 ax.fill_between(epochs, curves.min(axis=0), curves.max(axis=0), color='C{}'.format(k),
                                 alpha=0.15)
-            ax.set_title('{}, {} ranks'.format(titles.get(model, model), res['meta']['ranks']), fontsize=9)
+            epochs_run = max((len(r['accuracy']) for r in res['runs'] if r['model'] == model), default=0)
+            ax.set_title('{}, {} ranks, {} epochs'.format(titles.get(model, model), res['meta']['ranks'],
+                                                         epochs_run), fontsize=9)
             ax.set_xlabel('epoch')
             ax.set_ylabel('validation accuracy (%)')
             ax.set_ylim(80, 100)
@@ -68,7 +81,7 @@ def main():
     for path in args.results:
         with open(path) as f:
             results.append(json.load(f))
-    results.sort(key=lambda r: r['meta']['ranks'])
+    results = _merge(results)
     print('{:<5s} {:>5s} {:<13s} {:>10s} {:>12s}  finals'.format('model', 'ranks', 'hook', 'final %',
                                                                  'vs exact pp'))
     for model, ranks, hook, mean, diff, finals in summary(results):
