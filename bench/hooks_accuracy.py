@@ -5,10 +5,13 @@ each model (the Quick start's MLP on scikit-learn's bundled 8x8 digits; a small 
 digits upscaled to 28x28), each averaging (exact; PowerSGD of each ``--ranks`` with error
 feedback) and each seed, the same model from the same initial weights on the same shards in
 the same order; every rank evaluates the whole validation set after each epoch.  Rank 0 writes
-per run the accuracy after each epoch.  ``bench/hooks_plot.py`` draws the curves.
+per run the accuracy after each epoch, the updates PowerSGD compressed (all but the first
+``--start``) and a hash of the final weights (equal final accuracies of two hooks are equal
+counts of right answers on 297 images, not equal models, when the hashes differ).  ``bench/hooks_plot.py`` draws the curves.
 """
 
 import argparse
+import hashlib
 import json
 import time
 
@@ -79,15 +82,34 @@ def _bilinear(n_in, n_out):
     return out
 
 
+class CountingPowerSGD(chainermn.hooks.PowerSGD):
+    """PowerSGD that counts the updates it compressed (the proof that the run was compressed)."""
+
+    compressed_updates = 0
+
+    def __call__(self, comm, bucket):
+        super().__call__(comm, bucket)
+        if bucket.first and self.last.get('compressed'):
+            self.compressed_updates += 1
+
+
 def make_hook(name, start):
     if name == 'exact':
         return None
     rank = int(name.split('-r')[1])
-    return chainermn.hooks.PowerSGD(rank=rank, start_update=start)
+    return CountingPowerSGD(rank=rank, start_update=start)
+
+
+def digest(model):
+    """Return a short hash of the model's parameters (runs that differ at all differ here)."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.namedparams()):
+        h.update(name.encode() + numpy.ascontiguousarray(p.array).tobytes())
+    return h.hexdigest()[:12]
 
 
 def run(comm, model_name, hook_name, seed, epochs, batch, start):
-    """Train one model; return the validation accuracy after each epoch and the seconds taken."""
+    """Train one model; return (accuracy after each epoch, seconds, updates, compressed updates, digest)."""
     train, val = digits(model_name == 'cnn') if comm.rank == 0 else (None, None)
     train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=seed)
     val = comm.bcast_obj(val)
@@ -95,7 +117,8 @@ def run(comm, model_name, hook_name, seed, epochs, batch, start):
     numpy.random.seed(seed)
     model = L.Classifier(MLP() if model_name == 'mlp' else CNN())
     base = chainer.optimizers.Adam()  # the Quick start's optimizer, for both models
-    opt = chainermn.create_multi_node_optimizer(base, comm, comm_hook=make_hook(hook_name, start))
+    hook = make_hook(hook_name, start)
+    opt = chainermn.create_multi_node_optimizer(base, comm, comm_hook=hook)
     opt.setup(model)
     sampler = chainer.iterators.ShuffleOrderSampler(numpy.random.RandomState(1000 * seed + comm.rank))
     it = chainer.iterators.SerialIterator(train, batch, order_sampler=sampler)
@@ -107,7 +130,8 @@ def run(comm, model_name, hook_name, seed, epochs, batch, start):
         if it.is_new_epoch:
             with chainer.using_config('train', False), chainer.no_backprop_mode():
                 accuracy.append(float(F.accuracy(model.predictor(vx), vt).array))
-    return accuracy, time.perf_counter() - t0, opt.t
+    compressed = hook.compressed_updates if hook is not None else 0
+    return accuracy, time.perf_counter() - t0, opt.t, compressed, digest(model)
 
 
 def main():
@@ -128,13 +152,15 @@ def main():
     for model_name in args.models.split(','):
         for seed in range(args.seeds):
             for hook_name in hooks:  # interleaved: the machine's load falls on every variant alike
-                acc, seconds, updates = run(comm, model_name, hook_name, seed, args.epochs, batch,
-                                            args.start)
+                acc, seconds, updates, compressed, weights = run(
+                    comm, model_name, hook_name, seed, args.epochs, batch, args.start)
                 runs.append({'model': model_name, 'hook': hook_name, 'seed': seed, 'accuracy': acc,
-                             'seconds': seconds, 'updates': int(updates)})
+                             'seconds': seconds, 'updates': int(updates),
+                             'compressed_updates': int(compressed), 'weights': weights})
                 if comm.rank == 0:
-                    print('{} {} seed {}: final {:.4f} ({} updates, {:.1f} s)'.format(
-                        model_name, hook_name, seed, acc[-1], updates, seconds), flush=True)
+                    print('{} {} seed {}: final {:.4f} ({} updates, {} compressed, weights {}, '
+                          '{:.1f} s)'.format(model_name, hook_name, seed, acc[-1], updates, compressed,
+                                             weights, seconds), flush=True)
     if comm.rank == 0:
         meta = {'ranks': comm.size, 'batch_per_rank': batch, 'epochs': args.epochs,
                 'start_update': args.start, 'seeds': args.seeds}
