@@ -77,3 +77,32 @@ def test_mean_needs_a_chainermn_communicator():
 def test_base_hook_must_be_implemented():
     with pytest.raises(NotImplementedError, match='__call__'):
         hooks.CommHook()(None, hooks.GradBucket([], []))
+
+
+def test_host_products_by_blocks_equal_the_plain_products():
+    from chainermn_comm.hooks import lowrank_host
+    rng = numpy.random.RandomState(1)
+    n, m, r = 77, 1000, 3  # 65 rows per 256 KiB block: two blocks, the last one ragged
+    assert lowrank_host.block_rows(numpy.zeros((n, m), numpy.float32)) < n
+    g = rng.standard_normal((n, m)).astype(numpy.float32)
+    e = rng.standard_normal((n, m)).astype(numpy.float32)
+    qt = rng.standard_normal((r, m)).astype(numpy.float32)
+    mat, pt = e.copy(), numpy.empty((r, n), numpy.float32)
+    lowrank_host.project(mat, qt, pt, add=g)
+    want_m = e.astype(numpy.float64) + g
+    numpy.testing.assert_allclose(mat, want_m, rtol=1e-6)
+    numpy.testing.assert_allclose(pt, qt.astype(numpy.float64) @ want_m.T, rtol=1e-4, atol=1e-3)
+    q2 = numpy.empty_like(qt)
+    lowrank_host.back_project(mat, pt, q2)
+    numpy.testing.assert_allclose(q2, pt.astype(numpy.float64) @ mat, rtol=1e-4, atol=1e-2)
+    out, err = numpy.empty_like(g), mat.copy()
+    lowrank_host.reconstruct(pt, q2, out, err)
+    want_out = pt.T.astype(numpy.float64) @ q2
+    numpy.testing.assert_allclose(out, want_out, rtol=1e-4, atol=1e-2)
+    numpy.testing.assert_allclose(err, mat - want_out, rtol=1e-4, atol=1e-2)
+    again = numpy.empty_like(g)
+    lowrank_host.reconstruct(pt, q2, again)  # no error memory: the same bits
+    assert again.tobytes() == out.tobytes()
+    pt2 = numpy.empty_like(pt)
+    lowrank_host.project(g, qt, pt2)  # no error memory: the gradient alone, left as it was
+    numpy.testing.assert_allclose(pt2, qt.astype(numpy.float64) @ g.T.astype(numpy.float64), rtol=1e-4, atol=1e-3)

@@ -8,7 +8,7 @@ Distributed Optimization" (NeurIPS 2019).  Per update, for every gradient of two
 1. ``M = G + E`` (the rank's gradient plus its error memory ``E``, in place in ``E``);
 2. ``P = M Q`` (``Q``: ``columns x rank``, last update's average: warm start), averaged over ranks;
 3. ``P`` orthonormalised (the same bits on every rank: identical input, identical code; the
-   factors of one row count in one batch);
+   factors of one shape in one batch);
 4. ``Q = M^T P``, averaged over ranks;
 5. the gradient becomes ``P Q^T``, the same on every rank, and ``E = M - P Q^T``.
 
@@ -16,14 +16,16 @@ Vectors, scalars and matrices too small to gain are averaged exactly, in the sam
 the ``P`` factors (or in ``exact_wire``, e.g. ``'bfloat16'``, in their own).  Until update
 ``start_update`` every gradient is averaged exactly.  Works on host (NumPy) and device (CuPy)
 gradients: the arithmetic uses the gradients' array module, the all-reduces the communicator's
-own gradient path (:func:`chainermn_comm.hooks.mean`).  ``Q`` is kept transposed (``rank x
-columns``, C-contiguous): both products then read ``M`` row by row.
+own gradient path (:func:`chainermn_comm.hooks.mean`).  Both factors are kept transposed
+(``rank x rows``, ``rank x columns``, C-contiguous).  On the host the products run a block of
+rows at a time with steps 1 and 2 in one pass (:mod:`chainermn_comm.hooks.lowrank_host`); on a
+device each is one matrix product.
 """
 
 import numpy
 
 from chainermn_comm import _arrays, trace
-from chainermn_comm.hooks import lowrank
+from chainermn_comm.hooks import lowrank, lowrank_host
 from chainermn_comm.hooks import powersgd_state
 from chainermn_comm.hooks.base import CommHook, mean
 from chainermn_comm.reduce import dtypes as _dtypes
@@ -34,7 +36,7 @@ __all__ = ['PowerSGD']
 class _Plan:
     """How one bucket (its names, shapes and dtypes) is compressed: which arrays, where P and Q go.
 
-    ``entries``: ``(index, rows, cols, P view (rows x rank), Qt view (rank x cols))``, ordered by
+    ``entries``: ``(index, rows, cols, Pt view (rank x rows), Qt view (rank x cols))``, ordered by
     dtype, then rows and rank, so that the factors of one shape are consecutive in the flat P
     buffer of their dtype (``batches``: ``(flat P, offset, count, rows, rank)``).
     """
@@ -61,7 +63,7 @@ class _Plan:
                     self.batches[-1] = (b[0], b[1], b[2] + 1, n, r)
                 else:
                     self.batches.append((pflat, po, 1, n, r))
-                self.entries.append((i, n, m, pflat[po:po + n * r].reshape(n, r),
+                self.entries.append((i, n, m, pflat[po:po + n * r].reshape(r, n),
                                      qflat[qo:qo + m * r].reshape(r, m)))
                 po, qo = po + n * r, qo + m * r
             self.pflats.append(pflat)
@@ -126,26 +128,41 @@ class PowerSGD(CommHook):
         device = xp is not numpy
         started = trace.begin(device) if on else None
         mats = []
-        for i, n, m, p, qt in plan.entries:
-            mat = self._with_error(xp, bucket.names[i], grads[i].reshape(n, m))
-            matmul(mat, qt.T, out=p)
+        for i, n, m, pt, qt in plan.entries:
+            grad = grads[i].reshape(n, m)
+            mat = self._error_memory(xp, bucket.names[i], grad) if self.error_feedback else grad
+            add = grad if mat is not grad else None
+            if device:
+                if add is not None:
+                    mat += add
+                matmul(qt, mat.T, out=pt)
+            else:
+                lowrank_host.project(mat, qt, pt, add)
             mats.append(mat)
         self._trace_end(started, 'compress')
         exact = [grads[i] for i in plan.exact]
         self._mean(comm, exact, plan.pflats, 'P')
         started = trace.begin(device) if on else None
         for pflat, off, count, n, r in plan.batches:
-            lowrank.orthogonalize(xp, pflat[off:off + count * n * r].reshape(count, n, r))
-        for (i, n, m, p, qt), mat in zip(plan.entries, mats):
-            matmul(p.T, mat, out=qt)
+            # rows x rank views of the rank x rows factors: each column is contiguous
+            lowrank.orthogonalize(xp, pflat[off:off + count * n * r].reshape(count, r, n).transpose(0, 2, 1))
+        for (i, n, m, pt, qt), mat in zip(plan.entries, mats):
+            if device:
+                matmul(pt, mat, out=qt)
+            else:
+                lowrank_host.back_project(mat, pt, qt)
         self._trace_end(started, 'orthogonalize')
         self._mean(comm, [], plan.qflats, 'Q')
         started = trace.begin(device) if on else None
-        for (i, n, m, p, qt), mat in zip(plan.entries, mats):
+        for (i, n, m, pt, qt), mat in zip(plan.entries, mats):
             out = grads[i].reshape(n, m)
-            matmul(p, qt, out=out)
-            if self.error_feedback:
-                mat -= out  # mat is the error memory: M - P Q^T
+            error = mat if self.error_feedback else None  # the error memory becomes M - P Q^T
+            if device:
+                matmul(pt.T, qt, out=out)
+                if error is not None:
+                    error -= out
+            else:
+                lowrank_host.reconstruct(pt, qt, out, error)
         self._trace_end(started, 'decompress')
         sent = sum(f.nbytes for f in plan.pflats + plan.qflats) + sum(g.nbytes for g in exact)
         self.last = {'compressed': len(mats), 'exact': len(exact), 'bytes': int(sent)}
@@ -173,10 +190,10 @@ class PowerSGD(CommHook):
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = _Plan(xp, bucket.grads, self.rank, self.min_compression)
-            for i, n, m, p, qt in plan.entries:
+            for i, n, m, pt, qt in plan.entries:
                 self._adopt_q(xp, bucket.names[i], qt)
         if not self.warm_start:
-            for i, n, m, p, qt in plan.entries:
+            for i, n, m, pt, qt in plan.entries:
                 qt[...] = lowrank.initial_q(xp, bucket.names[i], m, qt.shape[0],
                                             self.seed + self.updates, qt.dtype).T
         return plan
@@ -194,10 +211,8 @@ class PowerSGD(CommHook):
             qt[...] = lowrank.initial_q(xp, name, m, r, self.seed, qt.dtype).T
         self._q[name] = qt
 
-    def _with_error(self, xp, name, mat):
-        """Return ``M = G + E`` (in the error memory) with error feedback, else the gradient itself."""
-        if not self.error_feedback:
-            return mat
+    def _error_memory(self, xp, name, mat):
+        """Return the error memory ``E`` of ``name`` (shaped as ``mat``; zeros or the loaded one)."""
         err = self._error.get(name)
         if err is None or err.shape != mat.shape:
             loaded = self._loaded.pop(name, (None, None))[1]
@@ -206,7 +221,6 @@ class PowerSGD(CommHook):
             else:
                 err = xp.zeros_like(mat)
             self._error[name] = err
-        err += mat
         return err
 
     def serialize(self, serializer):
