@@ -1,8 +1,8 @@
 """PowerSGD's compute on the host: compress, orthogonalise and decompress the ResNet-50 gradient set.
 
-One process, one BLAS thread, no network: a one-rank stand-in communicator whose average does
-nothing, so what is timed is the hook's own arithmetic (every update compressed, error feedback
-and warm start on).  ``--baseline REV`` also times PowerSGD as committed at git revision REV
+One process, ``--threads`` BLAS threads (1), no network: a one-rank stand-in communicator
+whose average does nothing, so what is timed is the hook's own arithmetic (every update
+compressed, error feedback and warm start on).  ``--baseline REV`` also times PowerSGD as committed at git revision REV
 (its ``powersgd.py`` and ``lowrank.py`` loaded from ``git show``), the two interleaved, the same
 gradients copied in before every call (not timed).  Prints per contender the wall and CPU time
 (median and minimum over ``--rounds``) and writes them to ``--out`` (JSON) when given.
@@ -43,8 +43,10 @@ def baseline_class(rev, workdir):
     root = subprocess.check_output(['git', 'rev-parse', '--show-toplevel'], text=True).strip()
     mods = {}
     for name in ('lowrank', 'powersgd'):
-        src = subprocess.check_output(['git', '-C', root, 'show', '{}:{}{}.py'.format(rev, HOOKS, name)], text=True)
-        src = src.replace('from chainermn_comm.hooks import lowrank\n', 'import baseline_lowrank as lowrank\n')
+        src = subprocess.check_output(['git', '-C', root, 'show', '{}:{}{}.py'.format(rev, HOOKS, name)],
+                                      text=True)
+        src = src.replace('from chainermn_comm.hooks import lowrank\n',
+                          'import baseline_lowrank as lowrank\n')
         path = os.path.join(workdir, 'baseline_{}.py'.format(name))
         with open(path, 'w') as f:
             f.write(src)
@@ -60,6 +62,7 @@ def main():
     p.add_argument('--baseline', default=None, help='git revision whose PowerSGD to time alongside')
     p.add_argument('--rank', type=int, default=4)
     p.add_argument('--rounds', type=int, default=15)
+    p.add_argument('--threads', type=int, default=1, help='BLAS threads')
     p.add_argument('--out', default=None)
     args = p.parse_args()
     from chainermn_comm.hooks import GradBucket, PowerSGD
@@ -76,7 +79,7 @@ def main():
                       for k, c in classes.items()}
         wall = {k: [] for k in contenders}
         cpu = {k: [] for k in contenders}
-        with threadpool_limits(1):
+        with threadpool_limits(args.threads):
             for r in range(args.rounds + 1):  # round 0: first calls (plans, buffers), not counted
                 order = sorted(contenders) if r % 2 else sorted(contenders, reverse=True)
                 for k in order:
@@ -89,9 +92,11 @@ def main():
                         cpu[k].append(time.process_time() - c0)
                         wall[k].append(time.perf_counter() - t0)
     values = sum(g.size for g in grads0)
-    print('PowerSGD rank {} compute on the ResNet-50 set ({:.1f} M values, {} compressed), one thread, '
-          '{} rounds; load average {}'.format(args.rank, values / 1e6, contenders['current'][0].last['compressed'],
-                                              args.rounds, ', '.join('%.1f' % v for v in os.getloadavg())))
+    compressed = contenders['current'][0].last['compressed']
+    load = ', '.join('%.1f' % v for v in os.getloadavg())
+    print('PowerSGD rank {} compute on the ResNet-50 set ({:.1f} M values, {} compressed), {} BLAS '
+          'thread(s), {} rounds; load average {}'.format(args.rank, values / 1e6, compressed, args.threads,
+                                                         args.rounds, load))
     result = {}
     for k in sorted(contenders):
         result[k] = {'wall_median_ms': statistics.median(wall[k]) * 1e3, 'wall_min_ms': min(wall[k]) * 1e3,
@@ -100,7 +105,8 @@ def main():
               '{cpu_median_ms:6.1f} ms  min {cpu_min_ms:6.1f} ms'.format(k, **result[k]))
     if args.out:
         with open(args.out, 'w') as f:
-            json.dump({'rank': args.rank, 'rounds': args.rounds, 'values': int(values), 'results': result}, f,
+            json.dump({'rank': args.rank, 'threads': args.threads, 'rounds': args.rounds,
+                       'values': int(values), 'load_average': os.getloadavg(), 'results': result}, f,
                       indent=1)
 
 
