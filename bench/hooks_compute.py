@@ -2,8 +2,9 @@
 
 One process, ``--threads`` BLAS threads (1), no network: a one-rank stand-in communicator
 whose average does nothing, so what is timed is the hook's own arithmetic (every update
-compressed, error feedback and warm start on).  ``--baseline REV`` also times PowerSGD as committed at git revision REV
-(its ``powersgd.py`` and ``lowrank.py`` loaded from ``git show``), the two interleaved, the same
+compressed, error feedback and warm start on).  ``--baseline REV`` also times PowerSGD as
+committed at git revision REV (its ``powersgd.py`` and ``lowrank.py`` loaded from ``git
+show``), the two interleaved, the same
 gradients copied in before every call (not timed).  Prints per contender the wall and CPU time
 (median and minimum over ``--rounds``) and writes them to ``--out`` (JSON) when given.
 
