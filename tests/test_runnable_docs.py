@@ -18,6 +18,7 @@ RUN_BY = {
     'install': 'tests/test_readme_install.py',
     'quickstart': 'tests/test_quickstart.py',
     'demo': 'tests/test_runnable_docs.py',
+    'hook': 'tests/test_hooks_docs.py',
     'converting-scatter': 'tests/test_converting_docs.py',
     'converting-share': 'tests/test_converting_docs.py',
     'converting-weights': 'tests/test_converting_docs.py',

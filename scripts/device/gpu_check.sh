@@ -62,5 +62,8 @@ PY
     CHAINERMN_OVERLAP_MODE=stream timeout 180 mpiexec -n 1 "$py3" bench/overlap_gpu.py \
       --out "$out/overlap_gpu.json"
     echo "exit status $?"
+    echo "== hooks_gpu (1 rank: PowerSGD rank 4 compression and decompression, ResNet-50 set)"
+    timeout 120 mpiexec -n 1 "$py3" bench/hooks_gpu.py --json > "$out/hooks_gpu.json"
+    echo "exit status $?"; cat "$out/hooks_gpu.json"
   fi
 } 2>&1 | tee "$log"

@@ -83,7 +83,7 @@ def _to_device_like(host, like):
 class DoubleBufferingReducer:
     """Two sets of host gradient buffers; one is reduced in the background while the other is used."""
 
-    def __init__(self, communicator, zero_fill=True):
+    def __init__(self, communicator, zero_fill=True, hook=None):
         check_double_buffering_support(communicator)
         self._communicator = communicator
         self._zero_fill = zero_fill
@@ -91,6 +91,8 @@ class DoubleBufferingReducer:
         # The same reducer as multi_node_mean_grad (node-shared memory first), so the bits match.
         self._reducer = engine.NodeReducer(self._mpi_comm, engine.detect_topology(self._mpi_comm))
         self._red_dtype = engine.grad_dtype(communicator)  # 'auto': the plain path's choice
+        if hook is not None:  # a built-in wire (hooks.WireHook); 'auto' stays exact here
+            self._red_dtype = None if engine.is_auto(hook.wire) else hook.wire
         self._sig = None
         self._ready = None      # buffers holding averaged gradients of the previous iteration
         self._spare = None      # buffers free for the next copy

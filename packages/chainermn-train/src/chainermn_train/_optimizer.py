@@ -1,6 +1,6 @@
 """create_multi_node_optimizer: a Chainer optimizer whose updates use gradients averaged over ranks."""
 
-from chainermn_comm import trace, voice
+from chainermn_comm import hooks, trace, voice
 from chainermn_train import _finite, _params, _trainer_run
 
 __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
@@ -8,7 +8,7 @@ __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 # Attributes that live on the wrapper itself; everything else is read from and written to the
 # wrapped optimizer.
 _OWN = frozenset([
-    'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap',
+    'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap', 'comm_hook',
     '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked', '_mn_left', '_mn_finite',
 ])
 
@@ -37,10 +37,16 @@ class MultiNodeOptimizer:
     """
 
     def __init__(self, actual_optimizer, communicator, double_buffering=False, zero_fill=True,
-                 overlap=False, check_finite=None):
+                 overlap=False, check_finite=None, comm_hook=None):
         if double_buffering and overlap:
             raise ValueError('create_multi_node_optimizer: double_buffering=True and overlap=True '
                              'cannot be combined; choose one')
+        comm_hook = hooks.resolve(comm_hook)
+        if double_buffering and comm_hook is not None and not comm_hook.is_wire:
+            raise ValueError('create_multi_node_optimizer: double_buffering=True averages in a '
+                             'background thread and takes only the built-in wires as comm_hook '
+                             '(Exact, Float16, BFloat16, Auto); got {!r}: use overlap=True or '
+                             'neither'.format(comm_hook))
         finite = _finite.resolve_mode(check_finite)
         if finite is not None and (double_buffering or overlap):
             if check_finite is not None:
@@ -54,6 +60,8 @@ class MultiNodeOptimizer:
         d['zero_fill'] = bool(zero_fill)
         d['double_buffering'] = bool(double_buffering)
         d['overlap'] = bool(overlap)
+        #: The communication hook that averages the gradients (None: the communicator's own wire).
+        d['comm_hook'] = comm_hook
         d['_mn_synced_sig'] = None
         d['_overlap'] = None
         d['_mn_double'] = None
@@ -62,7 +70,8 @@ class MultiNodeOptimizer:
         d['_mn_finite'] = None if finite is None else _finite.FiniteCheck(communicator, finite)
         if double_buffering:
             from chainermn_train._double_buffer import DoubleBufferingReducer
-            d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill)
+            d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill,
+                                                     hook=comm_hook)
         if getattr(actual_optimizer, 'target', None) is not None:
             self._mn_bcast_params()
 
@@ -98,8 +107,11 @@ class MultiNodeOptimizer:
         return self
 
     def serialize(self, serializer):
-        """Serialize the wrapped optimizer's state (hyperparameters, ``t``, per-parameter states)."""
+        """Serialize the wrapped optimizer's state (hyperparameters, ``t``, per-parameter states)
+        and the communication hook's state (under ``comm_hook/``, when it has any)."""
         self.actual_optimizer.serialize(serializer)
+        if self.comm_hook is not None:
+            self.comm_hook.serialize(serializer['comm_hook'])
 
     def update(self, lossfun=None, *args, **kwds):
         """Compute (when ``lossfun`` is given), average and apply gradients, like ``Optimizer.update``."""
@@ -195,14 +207,17 @@ class MultiNodeOptimizer:
     def _mn_overlap(self):
         if self._overlap is None:
             from chainermn_train._overlap import BackwardOverlap
-            self.__dict__['_overlap'] = BackwardOverlap(self.communicator, self.actual_optimizer.target)
+            self.__dict__['_overlap'] = BackwardOverlap(self.communicator, self.actual_optimizer.target,
+                                                        hook=self.comm_hook)
         return self._overlap
 
     def _mn_mean_grads(self, target):
         if self._mn_double is not None:
             self._mn_double.swap(target)
-        else:
+        elif self.comm_hook is None:
             self.communicator.multi_node_mean_grad(target, self.zero_fill)
+        else:
+            hooks.mean_model(self.communicator, target, self.comm_hook, self.zero_fill)
 
     def _mn_check_batch_sizes(self, size):
         """At the first update: raise ValueError on every rank unless every rank feeds the same batch size.
@@ -260,7 +275,7 @@ class MultiNodeOptimizer:
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
-                                overlap=False, check_finite=None):
+                                overlap=False, check_finite=None, comm_hook=None):
     """Create a multi-node optimizer from a Chainer optimizer.
 
     Args:
@@ -277,10 +292,17 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             the update (as loss scaling does) or ``'raise'``\s ``FloatingPointError``.
             ``'off'``: no check; None: ``$CHAINERMN_CHECK_FINITE`` (default off: it reads every
             gradient once more).  Needs the plain update (no double buffering or overlap).
+        comm_hook: what averages the gradients (``chainermn.hooks``): None (the communicator's
+            ``allreduce_grad_dtype``), a built-in hook (``hooks.Exact()``, ``hooks.Float16()``,
+            ``hooks.BFloat16()``, ``hooks.Auto()``, ``hooks.PowerSGD(rank=4)``), a
+            :class:`chainermn.hooks.CommHook` of your own or a function ``fn(comm, bucket)``;
+            with ``overlap=True`` it is called once per bucket.  Its state is saved with the
+            optimizer.
 
     Returns:
         A :class:`MultiNodeOptimizer` that behaves like ``actual_optimizer``.
     """
     _trainer_run.install()
     return MultiNodeOptimizer(actual_optimizer, communicator, double_buffering=double_buffering,
-                              zero_fill=zero_fill, overlap=overlap, check_finite=check_finite)
+                              zero_fill=zero_fill, overlap=overlap, check_finite=check_finite,
+                              comm_hook=comm_hook)

@@ -38,17 +38,16 @@ back, exactly as ``multi_node_mean_grad`` does it.
 """
 
 import os
-import sys
 import threading
 import zlib
 
-import chainer
 import numpy
-from chainer import _backprop_utils
 
-from chainermn_comm import CommunicationError, engine, protocol, settings, trace
+from chainermn_comm import CommunicationError, engine, hooks, protocol, settings, trace
 from chainermn_train import _buckets
 from chainermn_train import _overlap_device
+from chainermn_train import _overlap_graph
+from chainermn_train import _overlap_hook
 from chainermn_train import _overlap_tune
 from chainermn_train import _tracing
 
@@ -83,15 +82,6 @@ def _pick_mode(ranks_on_node, value=None):
     return 'thread' if (os.cpu_count() or 1) >= 2 * ranks_on_node else 'end'
 
 
-def _backprop_frame_code():
-    """Return the code of Chainer's backward loop that calls backward_postprocess (or None)."""
-    try:
-        from chainer import _backprop
-        return _backprop._backprop_to_all.__code__
-    except (ImportError, AttributeError):
-        return None
-
-
 class BackwardOverlap:
     """Run ``loss.backward`` and leave every gradient of ``link`` averaged over all ranks.
 
@@ -101,7 +91,7 @@ class BackwardOverlap:
     that the background thread uses).
     """
 
-    def __init__(self, communicator, link, bucket_bytes=None, chunk_bytes=None):
+    def __init__(self, communicator, link, bucket_bytes=None, chunk_bytes=None, hook=None):
         bucket_pinned = bucket_bytes is not None or settings.is_set(BUCKET_ENV)
         if bucket_bytes is None:
             bucket_bytes = settings.read(BUCKET_ENV, default=DEFAULT_BUCKET_BYTES)
@@ -110,6 +100,11 @@ class BackwardOverlap:
         self.communicator = communicator
         self.link = link
         self.bucket_bytes = bucket_bytes
+        #: The communication hook (None: the communicator's own wire); a built-in wire runs on
+        #: this object's reducer, any other hook is called per bucket in the main thread.
+        self.hook = hook
+        self.wire = getattr(communicator, 'allreduce_grad_dtype', None) if hook is None else hook.wire
+        self._hook_run = hook is not None and not hook.is_wire
         self._mpi_comm = communicator.mpi_comm.Dup()
         topology = engine.detect_topology(self._mpi_comm)
         self._reducer = engine.NodeReducer(
@@ -117,10 +112,10 @@ class BackwardOverlap:
         #: When host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
         self._setting = _mode_setting()  # MODE_ENV as set (may be empty), read once
         self._pacer = engine.Pacer()
-        self.set_mode(_pick_mode(topology.intra_size, self._setting))
+        self.set_mode('inline' if self._hook_run else _pick_mode(topology.intra_size, self._setting))
         self._stream = None  # the side CUDA stream of the device path, made on first use
         self._layout = None
-        self._code = _backprop_frame_code()
+        self._code = _overlap_graph.backprop_frame_code()
         #: Parameters whose gradient was averaged while backward was still running, last call.
         self.early_params = 0
         #: Chooses mode, bucket size, reducer knobs and ('auto') the wire by timing updates.
@@ -136,8 +131,9 @@ class BackwardOverlap:
 
     def run_backward(self, loss, **backward_kwargs):
         """Run ``loss.backward(**backward_kwargs)`` and average the gradients across ranks."""
-        params = [p for _, p in sorted(self.link.namedparams(), key=lambda kv: kv[0])
-                  if p.array is not None]
+        named = [(n, p) for n, p in sorted(self.link.namedparams(), key=lambda kv: kv[0])
+                 if p.array is not None]
+        params = [p for _, p in named]
         group = self._device_group(params)
         tuning = None
         if group is not None:
@@ -151,11 +147,14 @@ class BackwardOverlap:
                 dtype = None
         if dtype is None:  # one pass after backward: exactly multi_node_mean_grad, in place
             _tracing.backward(loss, backward_kwargs, _tracing.on_device(params))
-            self.communicator.multi_node_mean_grad(self.link, zero_fill=True)
+            if self.hook is None:
+                self.communicator.multi_node_mean_grad(self.link, zero_fill=True)
+            else:
+                hooks.mean_model(self.communicator, self.link, self.hook, zero_fill=True)
             self.early_params = 0
             return
         index = {id(p.node): i for i, p in enumerate(params)}
-        consumers, count, order, communicates = _consumers(loss, index, len(params))
+        consumers, count, order, communicates = _overlap_graph.consumers(loss, index, len(params))
         if communicates and (self.mode == 'inline' or group is not None):
             # The graph sends or receives between ranks in backward: a collective started
             # inside backward could wait for a rank that waits for this rank's send.
@@ -164,11 +163,14 @@ class BackwardOverlap:
         guard = getattr(self.communicator, '_guard', None)
 
         def sig():
-            return (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),)
+            return (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),
+                    ('comm_hook', str(self.hook)))
 
         if group is not None:
             run = _overlap_device.DeviceRun(layout, group, 1.0 / self._mpi_comm.Get_size(),
                                             self._side_stream())
+        elif self._hook_run:
+            run = _overlap_hook.HookRun(layout, self.communicator, self.hook, [n for n, _ in named])
         else:
             run = _Run(layout, self._reducer, self.mode, self._wire_dtype())
         if guard is None:
@@ -192,9 +194,11 @@ class BackwardOverlap:
     def _device_group(self, params):
         """Return the NCCL group for the side-stream path, or None for the host or plain path."""
         setting = self._setting
-        if setting == 'end' or (self._mpi_comm.Get_size() == 1 and setting != 'stream'):
+        if setting == 'end' or (self._mpi_comm.Get_size() == 1 and setting != 'stream') or self._hook_run:
             return None
-        return _overlap_device.device_group(self.communicator, params)
+        if self.hook is None:  # the communicator's own wire
+            return _overlap_device.device_group(self.communicator, params)
+        return _overlap_device.device_group(self.communicator, params, self.wire)
 
     def _side_stream(self):
         if self._stream is None:
@@ -240,7 +244,7 @@ class BackwardOverlap:
 
     def _run(self, run, loss, backward_kwargs, params, layout, index, consumers, count):
         self._check_same_layout(layout)
-        hook = _FinalGradHook(index, consumers, count, run.on_final, self._code)
+        hook = _overlap_graph.FinalGradHook(index, consumers, count, run.on_final, self._code)
         run.start()
         try:
             with hook:
@@ -371,79 +375,3 @@ class _Run(_buckets.BucketFill):
         self.thread.join()
         if self.error is not None:
             raise self.error
-
-
-def _consumers(loss, index, n):
-    """Walk the graph from ``loss``: consumers per function, count and finishing order per parameter.
-
-    Returns ``({id(function): parameter indices}, [consumers per parameter], order,
-    communicates)`` where ``order`` lists parameter indices by when their gradient becomes
-    final in backward and ``communicates`` tells whether a chainermn function (send, recv,
-    collectives) is in the graph.
-    """
-    per_func = {}
-    count = [0] * n
-    last_rank = [None] * n
-    communicates = False
-    seen = set()
-    stack = [loss.creator_node]
-    while stack:
-        f = stack.pop()
-        if f is None or id(f) in seen:
-            continue
-        seen.add(id(f))
-        communicates = communicates or type(f).__module__.startswith('chainermn_links')
-        hits = set()
-        for x in f.inputs:
-            i = index.get(id(x))
-            if i is not None:
-                hits.add(i)
-            elif x.creator_node is not None:
-                stack.append(x.creator_node)
-        if hits:
-            per_func[id(f)] = tuple(sorted(hits))
-            for i in hits:
-                count[i] += 1
-                if last_rank[i] is None or f.rank < last_rank[i]:
-                    last_rank[i] = f.rank
-    # Highest last-consumer rank finishes first; unused parameters go last.
-    order = sorted(range(n), key=lambda i: (last_rank[i] is None, -(last_rank[i] or 0), i))
-    return per_func, count, order, communicates
-
-
-class _FinalGradHook(chainer.FunctionHook):
-    """Report each parameter's gradient as soon as its last consumer's backward has run."""
-
-    name = 'chainermn_overlap'
-
-    def __init__(self, index, consumers, count, on_final, code):
-        self._index = index
-        self._consumers = consumers
-        self._remaining = list(count)
-        self._on_final = on_final
-        self._code = code
-
-    def backward_postprocess(self, function, in_data, out_grad):
-        hits = self._consumers.get(id(function))
-        if not hits:
-            return
-        final = set()
-        for i in hits:
-            self._remaining[i] -= 1
-            if self._remaining[i] == 0:
-                final.add(i)
-        if not final:
-            return
-        frame = sys._getframe(1)
-        if frame.f_code is not self._code:
-            return  # not Chainer 7.8.1's backward loop: these gradients are taken after backward
-        in_grad = frame.f_locals.get('in_grad')
-        if in_grad is None:
-            return
-        for x in function.inputs:
-            i = self._index.get(id(x))
-            if i not in final or x not in in_grad:
-                continue
-            final.discard(i)
-            gvar = _backprop_utils._reduce(in_grad[x])  # sums in place, as backward will later
-            self._on_final(i, None if gvar is None else gvar.array)

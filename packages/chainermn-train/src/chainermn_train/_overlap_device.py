@@ -27,12 +27,16 @@ from chainermn_train import _tracing
 __all__ = ['device_group', 'DeviceRun']
 
 
-def device_group(communicator, params):
+_COMMUNICATORS = object()  # device_group's default wire: the communicator's allreduce_grad_dtype
+
+
+def device_group(communicator, params, wire=_COMMUNICATORS):
     """Return the NCCL group over all ranks that can average the CuPy gradients of ``params``, else None.
 
     Needs a communicator that all-reduces gradients with one NCCL communicator over all
     ranks (``pure_nccl``, ``single_node``), parameters that are CuPy arrays of one dtype that
-    NCCL reduces on one device, and no ``allreduce_grad_dtype`` other than that dtype.
+    NCCL reduces on one device, and no wire (``wire``: the ``allreduce_grad_dtype`` or the
+    built-in hook's) other than that dtype.
     """
     group = getattr(communicator, '_nccl', None)
     if group is None or not params or group.size != communicator.size:
@@ -49,7 +53,7 @@ def device_group(communicator, params):
     if len(dtypes) != 1 or len(devices) != 1:
         return None
     dtype = dtypes.pop()
-    wanted = getattr(communicator, 'allreduce_grad_dtype', None)
+    wanted = getattr(communicator, 'allreduce_grad_dtype', None) if wire is _COMMUNICATORS else wire
     if wanted not in (None, 'auto') and (isinstance(wanted, str) or numpy.dtype(wanted) != dtype):
         return None  # another wire ('auto' keeps the gradients' dtype here: nothing is tuned on the device)
     from chainermn_comm.engine import nccl_dtype

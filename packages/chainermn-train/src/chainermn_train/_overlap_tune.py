@@ -31,11 +31,11 @@ class OverlapTuning:
     def __init__(self, overlap, bucket_pinned):
         self.overlap = overlap
         comm = overlap.communicator
-        self.grad_dtype = getattr(comm, 'allreduce_grad_dtype', None)
+        self.grad_dtype = overlap.wire  # the communicator's allreduce_grad_dtype, or a built-in hook's
         knobs = engine.knobs_tunable()
         self.bucket_pinned = bucket_pinned or not knobs
         self.mode_pinned = settings.is_set(protocol.OVERLAP_MODE_ENV) or not knobs
-        self.active = overlap._mpi_comm.Get_size() > 1 and (
+        self.active = overlap._mpi_comm.Get_size() > 1 and not overlap._hook_run and (
             engine.is_auto(self.grad_dtype) or knobs)
         self.tuner = None
         self.dtype = None if engine.is_auto(self.grad_dtype) else self.grad_dtype

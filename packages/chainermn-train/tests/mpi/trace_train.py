@@ -1,6 +1,6 @@
 """Trace test script: a tiny training loop with an evaluator, a checkpointer and a snapshot.
 
-Usage: trace_train.py OUT ITERS [--slow-rank R --sleep S] [--overlap | --double]
+Usage: trace_train.py OUT ITERS [--slow-rank R --sleep S] [--overlap | --double] [--powersgd]
                                 [--raise-at N] [--sigterm-at N [--no-preemption]] [--device-timed]
 
 ``--slow-rank``: that rank sleeps ``S`` seconds in its converter (a slow data path).
@@ -37,6 +37,7 @@ def main(argv=None):
                    help='every rank sleeps this long in its converter (a balanced, slower data path)')
     p.add_argument('--overlap', action='store_true')
     p.add_argument('--double', action='store_true')
+    p.add_argument('--powersgd', action='store_true', help='average with comm_hook=PowerSGD(rank=1)')
     p.add_argument('--raise-at', type=int, default=0)
     p.add_argument('--sigterm-at', type=int, default=0)
     p.add_argument('--no-preemption', action='store_true', help='SIGTERM without the handler')
@@ -57,7 +58,8 @@ def main(argv=None):
     test = train[:6]
     it = chainer.iterators.SerialIterator(train, 4, shuffle=False)
     opt = chainermn_train.create_multi_node_optimizer(
-        chainer.optimizers.Adam(alpha=0.01), comm, overlap=args.overlap, double_buffering=args.double)
+        chainer.optimizers.Adam(alpha=0.01), comm, overlap=args.overlap, double_buffering=args.double,
+        comm_hook=chainermn_comm.hooks.PowerSGD(rank=1, start_update=0) if args.powersgd else None)
     opt.setup(model)
 
     def convert(batch, device=None):

@@ -25,7 +25,7 @@ _LAZY_NAMES = {
     'create_multi_node_checkpoint': 'chainermn_train',
 }
 #: Documented submodules, imported on first attribute access (``import chainermn.links`` also works).
-_SUBMODULES = ('datasets', 'extensions', 'functions', 'iterators', 'links')
+_SUBMODULES = ('datasets', 'extensions', 'functions', 'hooks', 'iterators', 'links')
 
 # ``chainermn.cluster``, ``.doctor``, ``.launch``, ``.slurm``: chainermn-tools, on first import.
 _tools.install()

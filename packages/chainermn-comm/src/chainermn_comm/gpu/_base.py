@@ -112,15 +112,14 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         arr.set(host)
 
     # -- gradients ---------------------------------------------------------
-    def _mean_grads(self, params):
-        grads = [p.grad for p in params]
+    def _mean_arrays(self, grads, wire):
         if not grads or not all(_arrays.is_device(g) for g in grads):
-            return super()._mean_grads(params)
+            return super()._mean_arrays(grads, wire)
         for g in grads:
             self._check_device(g, 'allreduce_grad')
         scale = 1.0 / self.size
-        tuning = self._device_tuning()
-        grad_dtype = self.allreduce_grad_dtype if tuning is None else tuning.begin()['dtype']
+        tuning = self._device_tuning(wire)
+        grad_dtype = wire if tuning is None else tuning.begin()['dtype']
         if _tune.is_auto(grad_dtype):  # one rank: nothing crosses a wire
             grad_dtype = None
         with self._guard.device_timed():  # while tracing: the GPU's time, not the host's
@@ -138,9 +137,15 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
                 self._sync()  # the time of the device work, not of queueing it
             tuning.end()
 
-    def _device_tuning(self):
-        """Return the tuner of the device wire (``allreduce_grad_dtype='auto'``), or None."""
-        if not _tune.is_auto(self.allreduce_grad_dtype) or self.size == 1:
+    def _wire_tuned(self, wire):
+        tuning = self.__dict__.get('_device_wire_tuning') if _tune.is_auto(wire) else None
+        if tuning is None:  # host gradients, or no device wire to tune
+            return super()._wire_tuned(wire) or self.size == 1 or not _tune.is_auto(wire)
+        return tuning.tuner is not None and not tuning.tuner.tuning
+
+    def _device_tuning(self, wire):
+        """Return the tuner of the device wire (``wire='auto'``), or None."""
+        if not _tune.is_auto(wire) or self.size == 1:
             return None
         tuning = self.__dict__.get('_device_wire_tuning')
         if tuning is None:

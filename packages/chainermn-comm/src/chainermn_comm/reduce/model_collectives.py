@@ -22,6 +22,11 @@ def arrays_traced(arrays, op, wire_dtype=None):
     return args
 
 
+def _wire_key(wire):
+    """Return a key that tells wires apart (None, the gradients' own dtype, is not float32)."""
+    return None if wire is None else _tune.label(wire)
+
+
 class ModelCollectives:
     """``bcast_data`` and ``allreduce_grad`` over host memory, for :class:`MpiCommunicatorBase`.
 
@@ -60,18 +65,68 @@ class ModelCollectives:
         return self.allreduce_grad(model, zero_fill=zero_fill)
 
     def _mean_grads(self, params):
-        """Average the gradients of ``params`` over all ranks in place."""
-        staged = [self._param_host(p, 'grad', 'allreduce_grad') for p in params]
-        self._tuned_mean().mean([a for a, _ in staged])
-        for p, (a, on_device) in zip(params, staged):
-            if on_device:
-                p.grad[...] = _arrays.like(a, p.grad)
+        """Average the gradients of ``params`` over all ranks in place (the communicator's own wire)."""
+        self._mean_arrays(self._grads_of(params), self.allreduce_grad_dtype)
 
-    def _tuned_mean(self):
-        """Return the plain path's average under the tuner (``reduce.tune``), made at first use."""
-        tuned = self.__dict__.get('_tuned')
+    def _grads_of(self, params):
+        """Return the gradients of ``params``; host ones that are not C-contiguous are replaced by copies."""
+        grads = []
+        for p in params:
+            g = p.grad
+            if isinstance(g, numpy.ndarray) and not g.flags.c_contiguous:
+                g = p.grad = g.copy(order='C')  # keeps 0-d shapes, unlike ascontiguousarray
+            grads.append(g)
+        return grads
+
+    def _mean_arrays(self, grads, wire):
+        """Average the arrays ``grads`` over all ranks in place, ``wire`` crossing the network.
+
+        ``wire`` is an ``allreduce_grad_dtype`` (None, a float dtype, ``'bfloat16'``, ``'auto'``);
+        each wire has its own tuner (``reduce.tune``).  Not guarded: callers hold the guard.
+        """
+        staged = [self._host_of(g) for g in grads]
+        self._tuned_mean(wire).mean([a for a, _ in staged])
+        for g, (a, copied) in zip(grads, staged):
+            if copied:
+                g[...] = _arrays.like(a, g)
+
+    def _wire_tuned(self, wire):
+        """Return whether the average of ``wire`` has finished its first tuning schedule (or needs none)."""
+        key = _wire_key(wire)
+        tuned = self.__dict__.get('_tuned') if key == _wire_key(self.allreduce_grad_dtype) else \
+            self.__dict__.get('_tuned_wires', {}).get(key)
+        if tuned is None:
+            return False
+        tuner = tuned.tuning.tuner
+        return not tuned._active or (tuner is not None and not tuner.tuning)
+
+    def _host_of(self, arr):
+        """Return (C-contiguous host array of ``arr``, whether it is a copy to write back)."""
+        if isinstance(arr, numpy.ndarray):
+            if arr.flags.c_contiguous:
+                return arr, False
+            return arr.copy(order='C'), True
+        _arrays.check_current_device(arr, 'allreduce_grad', self._rank)
+        return _arrays.as_host(arr), True
+
+    def _tuned_mean(self, wire=None):
+        """Return the plain path's average of ``wire`` under the tuner (``reduce.tune``), made at first use.
+
+        The communicator's own wire (``allreduce_grad_dtype``) keeps its tuner in ``_tuned``
+        (``engine.grad_dtype`` reads it); the wires of communication hooks keep theirs apart.
+        """
+        key = _wire_key(wire)
+        own = key == _wire_key(self.allreduce_grad_dtype)
+        if own:
+            tuned = self.__dict__.get('_tuned')
+        else:
+            tuned = self.__dict__.setdefault('_tuned_wires', {}).get(key)
         if tuned is None or tuned.reducer is not self._reducer:
-            tuned = self.__dict__['_tuned'] = _tune.TunedMean(self._reducer, self.allreduce_grad_dtype)
+            tuned = _tune.TunedMean(self._reducer, self.allreduce_grad_dtype if own else wire)
+            if own:
+                self.__dict__['_tuned'] = tuned
+            else:
+                self.__dict__['_tuned_wires'][key] = tuned
         return tuned
 
     def _param_host(self, param, attr, what):

@@ -4,6 +4,7 @@ import math
 import textwrap
 
 from chainermn_tools.trace._analyse import median, p95
+from chainermn_tools.trace._hooks import hook_lines
 from chainermn_tools.trace._straggler import THRESHOLD
 
 __all__ = ['COLUMNS', 'render', 'straggler_line']
@@ -90,6 +91,7 @@ def render(report):
     out += _table(report)
     out += [''] + textwrap.wrap(LEGEND, 100) + ['']
     out.append(_bandwidth_line(report))
+    out += hook_lines(report)
     out += _straggler_lines(report)
     out += ['note: ' + n for n in report.notes]
     return '\n'.join(out)

@@ -126,7 +126,8 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
     rank = ckpt.comm.rank
     refused = []
     for it in sorted(gens, reverse=True):
-        for r, q, meta in _donors(ckpt, it, gens[it], rejected, refused):
+        donors = _donors(ckpt, it, gens[it], rejected, refused)
+        for r, q, meta in donors:
             problem, data = None, None
             if rank == q:
                 fn = ckpt.filename(it, r)
@@ -173,10 +174,19 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
                 if any(p is not None and p[0] == 'mismatch' for p in problems):
                     break   # every file of a generation holds the same shared state
                 continue
+            _resize.average_rank_state(   # e.g. PowerSGD's error memories: their mean on every rank
+                ckpt.comm, [(d[0], d[1]) for d in donors], values,
+                lambda old: _read_checked(ckpt, ckpt.filename(it, old), allowed, expected))
             mode = 'resharded from {} (world size {}, {} rank(s) per node)'.format(
                 ckpt.filename(it, r), meta['world_size'], meta.get('ranks_per_node', '?'))
             return it, values, refused, mode
     return None, None, refused, None
+
+
+def _read_checked(ckpt, fn, allowed, expected):
+    """Return the values of the snapshot ``fn`` read as every snapshot is: trusted, bounded."""
+    with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
+        return _safe_npz.read(f, allow_pickle=allowed, limits=_resize.byte_limits(expected), name=fn)[0]
 
 
 def _unusable(ckpt, gens, rejected, refused, fresh_ok):

@@ -15,11 +15,13 @@ import time
 
 import chainer
 import numpy
+from chainermn_comm.hooks import RANK_MEAN
 
 from chainermn_train.checkpoint import _lineage, _safe_npz
 
 __all__ = ['generation_meta', 'iterators_of', 'iterator_prefix', 'rebuild_iterator_values',
-           'expected_keys', 'byte_limits', 'fill_local', 'mismatches', 'LOCAL_PREFIXES']
+           'expected_keys', 'byte_limits', 'fill_local', 'mismatches', 'LOCAL_PREFIXES',
+           'RANK_MEAN_MARK', 'average_rank_state']
 
 
 def iterators_of(obj):
@@ -207,3 +209,52 @@ def mismatches(expected, values):
         more = ' and {} more'.format(len(wrong) - 2) if len(wrong) > 2 else ''
         return 'holds arrays of another shape (another model?): {}{}'.format('; '.join(wrong[:2]), more)
     return None
+
+
+#: Where a communication hook's state lives in a snapshot (saved by the multi-node optimizer); what
+#: it keeps below a ``rank_mean/`` key there (``.../comm_hook/[...]/rank_mean/...``) is per rank: on
+#: a resize every new rank takes the mean of the old ranks' values.
+RANK_MEAN_MARK = '/comm_hook/'
+
+
+def _rank_mean_key(key):
+    tail = ('/' + key).partition(RANK_MEAN_MARK)[2]
+    return bool(tail) and '/{}/'.format(RANK_MEAN) in '/' + tail
+
+
+def average_rank_state(comm, ranks, values, read):
+    """Replace the per-rank hook state in ``values`` by its mean over the old ranks' files (collective).
+
+    ``ranks`` lists ``(old rank, the rank that reads its file)``; ``read(old rank)`` returns that
+    file's values (called on the reading rank only).  A file that cannot be read, or whose arrays
+    have other shapes, is left out of the mean.  Returns the number of files averaged (0: no such
+    state, ``values`` unchanged).
+    """
+    keys = sorted(k for k in values if _rank_mean_key(k))
+    if not keys:
+        return 0
+    shapes = [numpy.shape(values[k]) for k in keys]
+    total = numpy.zeros(sum(int(numpy.prod(s)) for s in shapes), dtype=numpy.float64)
+    count = 0
+    for old, reader in ranks:
+        if reader != comm.rank:
+            continue
+        try:
+            theirs = read(old)
+            parts = [numpy.asarray(theirs[k], dtype=numpy.float64).reshape(-1) for k in keys]
+        except Exception:  # unreadable: the others' mean is still the best estimate
+            continue
+        if [p.size for p in parts] != [int(numpy.prod(s)) for s in shapes]:
+            continue
+        total += numpy.concatenate(parts)
+        count += 1
+    total = comm.allreduce(total)
+    count = comm.allreduce_obj(count)
+    if count == 0:
+        return 0
+    off = 0
+    for k, shape in zip(keys, shapes):
+        n = int(numpy.prod(shape))
+        values[k] = (total[off:off + n] / count).reshape(shape).astype(values[k].dtype)
+        off += n
+    return count
