@@ -123,14 +123,22 @@ def test_skipped_collective_meets_the_next_one(n, record_exit):
     assert 'chainermn watchdog' not in res.stderr, report(res)
     # Both ranks raise at the same moment: their tracebacks may interleave on the shared stderr.
     assert 'CommunicationError' in res.stderr, report(res)
-    for r in range(n):
-        assert 'rank {}: ranks disagree on the next collective call'.format(r) in res.stderr, report(res)
+    assert_one_report(res, n, 'CommunicationError')
     assert re.search(r'rank {}: collective call #4: bcast_obj\(root=0\)'.format(n - 1), res.stderr), report(res)
     assert re.search(r'rank 0: collective call #4: allreduce\(shape=\(5, 7\), dtype=<f4, op=sum\)',
                      res.stderr), report(res)
     after = end - stamp(res.stderr, 'FAULT-SKIP-AT')
     record_exit('3b. skipped collective, next one meets it (n={})'.format(n), after, 'after the skip')
     assert after < 10, report(res)
+
+
+def assert_one_report(res, n, error):
+    """Every rank raised ``error`` together: rank 0 reports it once, each other rank points at it."""
+    assert res.stderr.count('rank 0: ranks disagree on the next collective call') == 1, report(res)
+    for r in range(1, n):
+        assert 'rank {}: ranks disagree'.format(r) not in res.stderr, report(res)
+        assert re.search(r'\[rank {} host [^]]+\] {}, raised by every rank together: rank 0 reports '
+                         r'it'.format(r, error), res.stderr), report(res)
 
 
 # -- 4. mismatched collectives in debug mode -------------------------------------------------------
@@ -153,9 +161,7 @@ def test_mismatch_raises_on_every_rank(mode, n, record_exit):
     assert res.returncode != 0, report(res)
     assert 'job ran past the mismatch' not in res.stdout, report(res)
     assert 'chainermn watchdog' not in res.stderr, report(res)
-    for r in range(n):
-        assert re.search(r'rank {}: ranks disagree on the next collective call'.format(r), res.stderr), \
-            'rank {} did not report the mismatch\n{}'.format(r, report(res))
+    assert_one_report(res, n, 'CommunicationError')
     for pattern in MISMATCHES[mode]:
         assert re.search(pattern, res.stderr), 'missing {!r}\n{}'.format(pattern, report(res))
     after = end - stamp(res.stderr, 'FAULT-MISMATCH-AT')

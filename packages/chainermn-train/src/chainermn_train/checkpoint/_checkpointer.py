@@ -141,7 +141,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             made = safe_files.make_directory(self.path, 'checkpoint directory', self.allow_shared)
         except OSError as e:   # UntrustedPathError among them
             return e
-        if made:   # a completed run removes them again when they are empty (_made)
+        # A completed run removes the checkpoint directory again when it made it and it is empty
+        # (_made); parents it made stay: they are the trainer's ``out`` or the user's, written after.
+        made = [p for p in made if os.path.abspath(p) == os.path.abspath(self.path)]
+        if made:
             _made.record(self.path, self.name, self.comm.rank, made, self.allow_shared)
         return None
 

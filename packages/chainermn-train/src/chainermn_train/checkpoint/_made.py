@@ -1,8 +1,9 @@
 """The directories a checkpointer made: a completed run removes them again when they are empty.
 
-When a rank's checkpointer creates its directory (and missing parents), it writes
-``<path>/.<name>.<rank>.made`` (through ``chainermn_comm.safe_files``): each directory it made,
-with its device and inode and those of its parent.  The record outlives a killed run, so the run
+When a rank's checkpointer creates its directory, it writes ``<path>/.<name>.<rank>.made``
+(through ``chainermn_comm.safe_files``): the directory, with its device and inode and those of its
+parent.  Missing parents it made are not recorded and stay: a program writes into them after
+training (Chainer's ``Trainer`` out, a final ``save_npz``).  The record outlives a killed run, so the run
 that resumes and completes removes what the first one made.  At the end of a completed run every
 rank removes its own snapshots and owner record, then :func:`remove_if_empty`: when nothing but
 such records is left in the directory (the last rank to finish sees that), the records are
