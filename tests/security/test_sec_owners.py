@@ -12,6 +12,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from chainermn_comm.testing import run_mpi
 from chainermn_train.checkpoint import _owner, _safe_npz
 
@@ -130,3 +132,52 @@ def test_claims_of_dead_jobs_are_taken_over_and_a_live_one_elsewhere_is_refused(
     # The live job's record stays; the dead ones' records were replaced by this job's, now released.
     with open(os.path.join(base, 'live_elsewhere', '.run.0.owner')) as f:
         assert json.load(f)['token'] == 't-live'
+
+
+@pytest.fixture
+def cluster2():
+    """Two namespace hosts (skipped, naming what is missing, where none can be made)."""
+    from chainermn_tools.cluster import Cluster, missing
+    problems = missing(need_tc=False)
+    if problems:
+        pytest.skip('cannot build a cluster of namespaces here; missing: ' + '; '.join(problems))
+    cluster = Cluster(nodes=2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def test_a_second_job_on_another_host_is_refused_naming_the_first_jobs_host(base, cluster2):
+    """The first job runs on namespace hosts node0 and node1, the second on this host: for its ranks
+    the owner records are another host's (the rule is the heartbeat, not the pid)."""
+    d = os.path.join(base, 'ckpt')
+    os.mkdir(d, 0o700)
+    fifo = os.path.join(base, 'go')
+    os.mkfifo(fifo, 0o600)
+    out1, out2 = os.path.join(base, 'first'), os.path.join(base, 'second')
+    second = []
+
+    def while_first_holds(proc):
+        line = proc.stdout.readline()
+        assert line.strip() == b'READY', line
+        second.append(run_mpi([JOB, 'start', d, out2], 2, timeout=120))
+        with open(fifo, 'w') as f:
+            f.write('go')
+
+    first = cluster2.mpiexec([JOB, 'hold', d, fifo, out1], ranks_per_node=1, timeout=180,
+                             on_start=while_first_holds)
+    assert first.returncode == 0 and not first.timed_out, _report(first)
+    assert second, 'the second job never ran'
+    assert second[0].returncode == 0, _report(second[0])
+    refused = [doc for doc in _results(out2) if doc['case'] == 'start']
+    assert sorted(doc['rank'] for doc in refused) == [0, 1], _results(out2)
+    for doc in refused:
+        assert doc['error'][0] == 'CheckpointInUseError', doc
+        assert "another job is writing snapshots 'run' into {}".format(d) in doc['error'][1], doc
+        assert 'host {}, pid '.format(cluster2.hostnames[0]) in doc['error'][1], doc
+    held = {doc['rank']: doc for doc in _results(out1) if doc['case'] == 'hold'}
+    assert all(held[r]['loaded'] == 2 and held[r]['same'] and held[r]['weights'] == [12.0, 4.0]
+               for r in (0, 1)), held
+    names = sorted(n for n in os.listdir(d) if not n.startswith('.'))
+    assert names == ['run.0.1', 'run.0.2', 'run.1.1', 'run.1.2'], names
