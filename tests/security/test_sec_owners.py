@@ -35,7 +35,11 @@ def _report(res):
                                                                      res.stderr[-5000:])
 
 
-def test_second_job_on_a_live_jobs_directory_is_refused_and_nothing_mixes(base):
+def _two_jobs(base, launch_first):
+    """Run job 1 (``launch_first(argv, on_start)``) holding DIR while job 2 starts on DIR (2 local ranks).
+
+    Return (DIR, job 1's result, job 2's result, job 1's JSON lines, job 2's JSON lines).
+    """
     d = os.path.join(base, 'ckpt')
     os.mkdir(d, 0o700)
     fifo = os.path.join(base, 'go')
@@ -50,12 +54,18 @@ def test_second_job_on_a_live_jobs_directory_is_refused_and_nothing_mixes(base):
         with open(fifo, 'w') as f:        # let the first job go on
             f.write('go')
 
-    first = run_mpi([JOB, 'hold', d, fifo, out1], 2, timeout=180, on_start=while_first_holds)
+    first = launch_first([JOB, 'hold', d, fifo, out1], while_first_holds)
     assert first.returncode == 0 and not first.timed_out, _report(first)
-    res2 = second[0]
+    assert second, 'the second job never ran\n' + _report(first)
+    return d, first, second[0], _results(out1), _results(out2)
+
+
+def test_second_job_on_a_live_jobs_directory_is_refused_and_nothing_mixes(base):
+    d, first, res2, docs1, docs2 = _two_jobs(
+        base, lambda argv, on_start: run_mpi(argv, 2, timeout=180, on_start=on_start))
     assert res2.returncode == 0, _report(res2)
-    refused = [doc for doc in _results(out2) if doc['case'] == 'start']
-    assert sorted(doc['rank'] for doc in refused) == [0, 1], _results(out2)
+    refused = [doc for doc in docs2 if doc['case'] == 'start']
+    assert sorted(doc['rank'] for doc in refused) == [0, 1], docs2
     host = socket.gethostname()
     for doc in refused:
         assert doc['error'][0] == 'CheckpointInUseError', doc
@@ -64,7 +74,7 @@ def test_second_job_on_a_live_jobs_directory_is_refused_and_nothing_mixes(base):
         assert 'host {}, pid '.format(host) in text and ', started 20' in text, text
         assert 'Stop that job, or give this one another path or name' in text, text
     assert refused[0]['error'][1] == refused[1]['error'][1]
-    held = {doc['rank']: doc for doc in _results(out1) if doc['case'] == 'hold'}
+    held = {doc['rank']: doc for doc in docs1 if doc['case'] == 'hold'}
     for r in (0, 1):
         assert held[r]['loaded'] == 2 and held[r]['same'] is True, held
         assert held[r]['weights'] == [12.0, 4.0], held   # 2.0 * (6 + 2): the first job's own values
@@ -151,32 +161,16 @@ def cluster2():
 def test_a_second_job_on_another_host_is_refused_naming_the_first_jobs_host(base, cluster2):
     """The first job runs on namespace hosts node0 and node1, the second on this host: for its ranks
     the owner records are another host's (the rule is the heartbeat, not the pid)."""
-    d = os.path.join(base, 'ckpt')
-    os.mkdir(d, 0o700)
-    fifo = os.path.join(base, 'go')
-    os.mkfifo(fifo, 0o600)
-    out1, out2 = os.path.join(base, 'first'), os.path.join(base, 'second')
-    second = []
-
-    def while_first_holds(proc):
-        line = proc.stdout.readline()
-        assert line.strip() == b'READY', line
-        second.append(run_mpi([JOB, 'start', d, out2], 2, timeout=120))
-        with open(fifo, 'w') as f:
-            f.write('go')
-
-    first = cluster2.mpiexec([JOB, 'hold', d, fifo, out1], ranks_per_node=1, timeout=180,
-                             on_start=while_first_holds)
-    assert first.returncode == 0 and not first.timed_out, _report(first)
-    assert second, 'the second job never ran'
-    assert second[0].returncode == 0, _report(second[0])
-    refused = [doc for doc in _results(out2) if doc['case'] == 'start']
-    assert sorted(doc['rank'] for doc in refused) == [0, 1], _results(out2)
+    d, first, res2, docs1, docs2 = _two_jobs(
+        base, lambda argv, on_start: cluster2.mpiexec(argv, ranks_per_node=1, timeout=180, on_start=on_start))
+    assert res2.returncode == 0, _report(res2)
+    refused = [doc for doc in docs2 if doc['case'] == 'start']
+    assert sorted(doc['rank'] for doc in refused) == [0, 1], docs2
     for doc in refused:
         assert doc['error'][0] == 'CheckpointInUseError', doc
         assert "another job is writing snapshots 'run' into {}".format(d) in doc['error'][1], doc
         assert 'host {}, pid '.format(cluster2.hostnames[0]) in doc['error'][1], doc
-    held = {doc['rank']: doc for doc in _results(out1) if doc['case'] == 'hold'}
+    held = {doc['rank']: doc for doc in docs1 if doc['case'] == 'hold'}
     assert all(held[r]['loaded'] == 2 and held[r]['same'] and held[r]['weights'] == [12.0, 4.0]
                for r in (0, 1)), held
     names = sorted(n for n in os.listdir(d) if not n.startswith('.'))
