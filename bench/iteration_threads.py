@@ -23,6 +23,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import report  # noqa: E402
 
 __all__ = ['main']
 
@@ -79,11 +81,7 @@ def main(argv=None):
         print('== {} ({}): default / OPENBLAS_NUM_THREADS=1 per mode (median of {} paired jobs): {}'.format(
             layout, 'unthrottled' if gbit is None else '{:g} Gbit/s'.format(gbit), args.reps,
             {m: round(v, 3) for m, v in ratio.items()}), flush=True)
-    result['meta']['loadavg_after'] = os.getloadavg()
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-    return result
+    return report.save(result, args.out)
 
 
 if __name__ == '__main__':

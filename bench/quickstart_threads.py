@@ -32,6 +32,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import report  # noqa: E402
 
 __all__ = ['main', 'quickstart_source']
 
@@ -112,11 +114,7 @@ def main(argv=None):
                   flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result['meta']['loadavg_after'] = os.getloadavg()
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-    return result
+    return report.save(result, args.out)
 
 
 if __name__ == '__main__':

@@ -1,13 +1,23 @@
 """Merge the 'ours' and 'peer' benchmark JSONs, add ratios against the targets, print a table."""
 
 import json
+import os
 import sys
 
-__all__ = ['merge', 'main']
+__all__ = ['merge', 'main', 'save']
 
 OURS = 'ours_naive_multi_node_mean_grad'
 OURS_MPI_ONLY = 'ours_naive_mpi_only_multi_node_mean_grad'
 PEER = 'peer_chainer781_naive_mean_grad'
+
+
+def save(result, path):
+    """Note the load average after the run in ``result['meta']``; write ``result`` to ``path`` if given."""
+    result['meta']['loadavg_after'] = os.getloadavg()
+    if path:
+        with open(path, 'w') as f:
+            json.dump(result, f, indent=1)
+    return result
 
 
 def _med(entry, name):

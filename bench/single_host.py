@@ -35,6 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import report  # noqa: E402
 
 CHUNK = 4 * 1024 * 1024
 
@@ -214,11 +215,7 @@ def main(argv=None):
                 tn['calls'], tn['seconds'] * 1e3, tn['history'][-1][2] if tn['history'] else 'nothing to tune'))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    result['meta']['loadavg_after'] = os.getloadavg()
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-    return result
+    return report.save(result, args.out)
 
 
 if __name__ == '__main__':

@@ -30,6 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import report  # noqa: E402
 
 from single_host import extract_old, old_name  # noqa: E402
 
@@ -173,11 +174,7 @@ def main(argv=None):
                                 result['runs'].append({'where': where, 'model': model, 'contenders': res})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    result['meta']['loadavg_after'] = os.getloadavg()
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-    return result
+    return report.save(result, args.out)
 
 
 if __name__ == '__main__':
