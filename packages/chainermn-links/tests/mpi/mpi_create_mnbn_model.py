@@ -20,6 +20,7 @@ import pytest
 import chainermn_comm
 from chainermn_links.links import MultiNodeBatchNormalization, create_mnbn_model
 from chainermn_links.links.create_mnbn_model import ModelConversionWarning
+from v7_mnbn_models import v7_model
 
 comm = chainermn_comm.create_communicator('naive')
 chainer.global_config.dtype = numpy.dtype(numpy.float64)   # exact comparisons with one process
@@ -207,32 +208,6 @@ def test_statistics_and_update_equal_one_process(kind):
 
 
 # -- Chainer v7's own cases (tests/chainermn_tests/links_tests/test_create_mnbn_model.py), on the CPU --
-class V7Chain(chainer.Chain):
-    def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.conv = L.Convolution2D(None, 3, 1, 1, 1, nobias=True)
-            self.bn = L.BatchNormalization(3)
-
-    def forward(self, x):
-        return F.relu(self.bn(self.conv(x)))
-
-
-class V7ChainList(chainer.ChainList):
-    def __init__(self):
-        super().__init__(L.Convolution2D(None, 3, 1, 1, 1, nobias=True), L.BatchNormalization(3))
-
-    def forward(self, x):
-        return F.relu(self[1](self[0](x)))
-
-
-def v7_model(kind):
-    if kind == 'sequential':
-        return chainer.Sequential(L.Convolution2D(None, 3, 1, 1, 1, nobias=True),
-                                  L.BatchNormalization(3), F.relu)
-    return V7Chain() if kind == 'chain' else V7ChainList()
-
-
 def devices():
     out = ['@numpy']
     try:

@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 
 import chainermn_comm  # noqa: E402
 from chainermn_links.links import MultiNodeBatchNormalization, create_mnbn_model  # noqa: E402
+from v7_mnbn_models import v7_model  # noqa: E402
 
 chainer.global_config.use_cudnn = 'never'
 COMMS = {name: chainermn_comm.create_communicator(name) for name in ('naive', 'pure_nccl')}
@@ -152,32 +153,6 @@ def test_to_device_moves_the_whole_converted_model(kind, comm_name, move, monkey
     mn = [link for link in model.links() if isinstance(link, MultiNodeBatchNormalization)]
     assert mn and all(link.communication_backend == ('nccl' if comm_name == 'pure_nccl' else 'mpi')
                       for link in mn)
-
-
-class V7Chain(chainer.Chain):
-    def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.conv = L.Convolution2D(None, 3, 1, 1, 1, nobias=True)
-            self.bn = L.BatchNormalization(3)
-
-    def forward(self, x):
-        return F.relu(self.bn(self.conv(x)))
-
-
-class V7ChainList(chainer.ChainList):
-    def __init__(self):
-        super().__init__(L.Convolution2D(None, 3, 1, 1, 1, nobias=True), L.BatchNormalization(3))
-
-    def forward(self, x):
-        return F.relu(self[1](self[0](x)))
-
-
-def v7_model(kind):
-    if kind == 'sequential':
-        return chainer.Sequential(L.Convolution2D(None, 3, 1, 1, 1, nobias=True),
-                                  L.BatchNormalization(3), F.relu)
-    return V7Chain() if kind == 'chain' else V7ChainList()
 
 
 def v7_device(chx):
