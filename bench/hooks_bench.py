@@ -115,7 +115,7 @@ def iteration(args, comm, mpi):
 
     rng = numpy.random.RandomState(comm.rank)
     model = Res50()
-    x = rng.rand(args.batch, 3, 64, 64).astype(numpy.float32)
+    x = rng.rand(args.batch, 3, args.image, args.image).astype(numpy.float32)
     t = rng.randint(0, 10, size=args.batch).astype(numpy.int32)
     opt = chainer.optimizers.MomentumSGD(lr=1e-4)
     opt.setup(model)
@@ -152,7 +152,8 @@ def main():
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--warmup', type=int, default=1)
     p.add_argument('--calls', type=int, default=1)
-    p.add_argument('--batch', type=int, default=32, help='per rank, 64x64 images (iteration part)')
+    p.add_argument('--batch', type=int, default=32, help='per rank (iteration part)')
+    p.add_argument('--image', type=int, default=64, help='image side in pixels (iteration part)')
     p.add_argument('--settle', type=float, default=0.0, help='idle link seconds before each timed call')
     p.add_argument('--out', required=True)
     args = p.parse_args()

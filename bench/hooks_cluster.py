@@ -2,7 +2,8 @@
 
 Usage (as root, from the repo root):
     .venv/bin/python bench/hooks_cluster.py [--layouts 2x1,2x2] [--links 1,none] [--rounds R]
-        [--calls K] [--iter-links 1] [--iters N] [--batch B] [--size full|tiny] [--out-dir DIR]
+        [--calls K] [--iter-links 1] [--iters N] [--batch B] [--image PIXELS] [--size full|tiny]
+        [--no-average] [--out-dir DIR]
 
 For every link rate a cluster of namespaces is built (``chainermn.cluster.Cluster``); on it, for
 every layout, ``bench/hooks_bench.py --part average`` times the ResNet-50 gradient average with
@@ -97,8 +98,9 @@ def _table(result):
             ', '.join('{:.1f}'.format(v) for v in r['meta']['loadavg_before']),
             ', '.join('{:.1f}'.format(v) for v in r['meta']['loadavg_after'])))
     for it in result['iteration']:
-        lines.append('== ResNet-50 iterations {} at {} (batch {} per rank, 64x64)'.format(
-            it['layout'], _link_name(it['link_gbit']), it['batch']))
+        side = it.get('input_shape', [0, 0, 64, 64])[-1]
+        lines.append('== ResNet-50 iterations {} at {} (batch {} per rank, {}x{})'.format(
+            it['layout'], _link_name(it['link_gbit']), it['batch'], side, side))
         for n, c in sorted(it['contenders'].items(), key=lambda kv: kv[1]['median_s']):
             lines.append('  {:<16s} median {:8.1f} ms  min {:8.1f} ms'.format(n, c['median_s'] * 1e3,
                                                                            c['min_s'] * 1e3))
@@ -147,16 +149,18 @@ def run(args):
             for n, k in layouts:
                 tag = '{}x{} {}'.format(n, k, _link_name(gbit))
                 out = os.path.join(work, 'avg.json')
-                _job(cluster, [os.path.join(HERE, 'hooks_bench.py'), '--part', 'average', '--size', args.size,
-                               '--rounds', str(args.rounds), '--calls', str(args.calls),
-                               '--settle', repr(3 * BURST_SECONDS if gbit else 0.0), '--out', out],
-                     k, args.timeout, 'average ' + tag)
-                with open(out) as f:
-                    result['average'].append(_row(json.load(f), n, k, gbit))
+                if args.average:
+                    _job(cluster, [os.path.join(HERE, 'hooks_bench.py'), '--part', 'average', '--size',
+                                   args.size, '--rounds', str(args.rounds), '--calls', str(args.calls),
+                                   '--settle', repr(3 * BURST_SECONDS if gbit else 0.0), '--out', out],
+                         k, args.timeout, 'average ' + tag)
+                    with open(out) as f:
+                        result['average'].append(_row(json.load(f), n, k, gbit))
                 if gbit in iter_links:
                     out = os.path.join(work, 'iter.json')
                     _job(cluster, [os.path.join(HERE, 'hooks_bench.py'), '--part', 'iteration', '--rounds',
-                                   str(args.iters), '--batch', str(args.batch), '--out', out],
+                                   str(args.iters), '--batch', str(args.batch), '--image', str(args.image),
+                                   '--out', out],
                          k, args.timeout, 'iteration ' + tag)
                     with open(out) as f:
                         it = json.load(f)
@@ -183,6 +187,9 @@ def main():
     p.add_argument('--iter-links', default='1')
     p.add_argument('--iters', type=int, default=3, help='timed iteration rounds (0: no iterations)')
     p.add_argument('--batch', type=int, default=32)
+    p.add_argument('--image', type=int, default=64, help='image side of the iterations (pixels)')
+    p.add_argument('--no-average', dest='average', action='store_false',
+                   help='time whole iterations only')
     p.add_argument('--timeout', type=float, default=1800)
     p.add_argument('--no-plot', dest='plot', action='store_false')
     p.add_argument('--out-dir', default=os.path.join(HERE, 'hooks_results'))

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -63,8 +64,11 @@ def run_case(case, n, slow, runner, kill_last):
     elif case == 'slow':
         args.append(str(slow))
     started = time.time()
-    res = runner(args, n, env, on_start)
-    end = time.time()
+    try:
+        res = runner(args, n, env, on_start)
+        end = time.time()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     m = re.search(r'FAULT-LEAVE-AT=([0-9.]+)', res.stderr)
     t0 = killed.get('at') or (float(m.group(1)) if m and case != 'slow' else started)
     return {'seconds': end - t0, 'status': res.returncode, 'timed_out': res.timed_out,

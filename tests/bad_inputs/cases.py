@@ -8,9 +8,11 @@ and the message matches) or ``('result', None, regex)`` (every rank returns, ``r
 Cases of one job leave the ranks in step (every rank ends each case), so they share a job.
 """
 
+import atexit
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -355,6 +357,8 @@ def checkpointer_resume_with_no_snapshot(comm):
     import chainer
     import chainermn
     d = tempfile.mkdtemp(prefix='badinput-') if comm.rank == 0 else None
+    if d is not None:
+        atexit.register(shutil.rmtree, d, True)
     d = comm.bcast_obj(d)
     cp = chainermn.create_multi_node_checkpointer('run', comm, path=d)
     model = _linear(comm, 2)

@@ -219,7 +219,9 @@ def test_auto_over_mpi_messages_averages_and_decides(monkeypatch, tune):
         assert tuned.tuning.tuner is None  # one rank: nothing to tune
         return
     history = tuned.tuning.tuner.history
-    assert history and sorted(history[0][1]['dtype']) == ['bfloat16', 'float16', 'float32']
+    # float32 and the one 16-bit wire whose casts the ranks measured as cheaper
+    tried = sorted(history[0][1]['dtype'])
+    assert tried in (['bfloat16', 'float32'], ['float16', 'float32']), tried
     knobs = set(history[0][1]) - {'dtype'}
     # The MPI chunk is tuned with two ranks, or for a lossy wire; shared memory is off (pinned).
     if tune == '0':
@@ -260,3 +262,23 @@ def test_each_set_of_gradients_has_its_own_schedule(monkeypatch):
     assert sorted(tunings) == [(1, 1200), (2, 60007)]
     for sizes, tuning in tunings.items():
         assert tuning.tuner.calls == 12 and tuning.tuner.history, sizes
+
+
+@pytest.mark.parametrize('f16_share', [0.5, 0.9, 2.0])
+def test_auto_tries_one_16bit_wire_on_the_host_the_same_on_every_rank(monkeypatch, f16_share):
+    # float16's casts cost f16_share of bfloat16's on the last rank, 3x on the others (the sum decides)
+    last = COMM.rank == COMM.size - 1
+    share = f16_share if last else 3.0
+    monkeypatch.setattr(_tune, '_cast_seconds',
+                        lambda codec, x: share if codec is _tune._codecs.FLOAT16 else 1.0)
+    wires = _tune.host_wire_choices(COMM)
+    total = (3.0 * (COMM.size - 1) + f16_share) / COMM.size  # float16's mean share
+    expect = numpy.dtype(numpy.float16) if total < 0.8 else 'bfloat16'
+    assert wires == (None, expect)
+    assert COMM.allgather(str(wires)) == [str(wires)] * COMM.size
+
+
+def test_the_cast_sample_times_both_codecs():
+    x = numpy.linspace(-1, 1, 1 << 10, dtype=numpy.float32)
+    for codec in (_tune._codecs.FLOAT16, _tune._codecs.BFLOAT16):
+        assert 0 < _tune._cast_seconds(codec, x) < 1.0

@@ -1,6 +1,8 @@
 """Pickle-free checkpoints on every rank (run under mpiexec): round trip, poisoned files, opt-in."""
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import warnings
@@ -31,6 +33,8 @@ def _fresh_opt_in_state(monkeypatch):
 
 def _shared_tmpdir(comm):
     d = tempfile.mkdtemp(prefix='cmn_ckpt_') if comm.rank == 0 else None
+    if d is not None:
+        atexit.register(shutil.rmtree, d, True)  # removed when this rank's pytest ends
     return comm.bcast_obj(d)
 
 

@@ -49,8 +49,9 @@ SHM_ENV = SHM_REDUCE_ENV
 #: Bytes of gradient per chunk of the shared-memory average.
 SHM_CHUNK_ENV = SHM_CHUNK_BYTES_ENV
 DEFAULT_SHM_CHUNK_BYTES = 1024 * 1024
-#: The chunk sizes the tuner may choose from (``reduce.tune``) when the size is not pinned.
-SHM_CHUNK_CHOICES = (512 * 1024, 1024 * 1024, 2048 * 1024)
+#: The chunk sizes the tuner may choose from (``reduce.tune``) when the size is not pinned (512 KiB,
+#: twice the barriers, never won in ``bench/tune_cost.py``: settable, not tried).
+SHM_CHUNK_CHOICES = (1024 * 1024, 2048 * 1024)
 _PLAN_CACHE_SIZE = 64
 
 

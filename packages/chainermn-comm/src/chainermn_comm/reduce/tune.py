@@ -8,7 +8,8 @@ What may be tuned never changes results beyond what the user allowed:
 
 - the wire format only with ``allreduce_grad_dtype='auto'``, which permits float16 and bfloat16
   (``None`` stays the gradients' own dtype, exact); not on one node that averages through
-  shared memory, where nothing crosses a wire;
+  shared memory, where nothing crosses a wire; on the host only one 16-bit wire is a contender,
+  the one whose casts are cheaper (:func:`host_wire_choices`: both send the same bytes);
 - chunk sizes never change the order of any sum, except MPI's own order on more than two ranks
   when chunks of float32 change MPI's algorithm: the MPI chunk is tuned only with two ranks or a
   16-bit wire (whose sums are ours);
@@ -19,6 +20,8 @@ What may be tuned never changes results beyond what the user allowed:
 each knob's own variable (``CHAINERMN_CHUNK_BYTES``, ``CHAINERMN_SHM_CHUNK_BYTES``,
 ``CHAINERMN_SHM_REDUCE``, ``CHAINERMN_OVERLAP_BUCKET_BYTES``, ``CHAINERMN_OVERLAP_MODE``) pins it.
 """
+
+import time
 
 import numpy
 
@@ -31,7 +34,7 @@ from chainermn_comm import settings
 from chainermn_comm.protocol import SHM_REDUCE_ENV, TUNE_ENV
 
 __all__ = ['Tuner', 'CallTuning', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config',
-           'knobs_tunable', 'is_auto', 'AUTO', 'WIRE_CHOICES', 'label', 'SAMPLES', 'DROP', 'DROP_FIRST',
+           'knobs_tunable', 'is_auto', 'AUTO', 'WIRE_CHOICES', 'host_wire_choices', 'label', 'SAMPLES', 'DROP', 'DROP_FIRST',
            'MARGIN', 'MAX_CALLS', 'RECHECK_FIRST', 'RECHECK_EVERY']
 
 AUTO = 'auto'
@@ -39,6 +42,10 @@ AUTO = 'auto'
 WIRE_CHOICES = (None, numpy.dtype(numpy.float16), _codecs.BFLOAT16_NAME)
 #: Sets of gradients whose schedules the plain path keeps (the oldest is forgotten).
 _SETS = 4
+#: Elements of the sample whose casts decide which 16-bit wire ``'auto'`` tries on the host.
+_CAST_SAMPLE = 1 << 16
+#: float16 is tried on the host only when its casts take less than this share of bfloat16's.
+_FLOAT16_SHARE = 0.8
 
 
 def is_auto(grad_dtype):
@@ -49,6 +56,35 @@ def is_auto(grad_dtype):
 def knobs_tunable():
     """Return whether knobs that are not pinned are tuned (``CHAINERMN_TUNE``, default on)."""
     return bool(settings.read(TUNE_ENV))
+
+
+def _cast_seconds(codec, x):
+    """Return the best of three round trips of float32 ``x`` through ``codec`` (seconds)."""
+    wire = numpy.empty(x.size, dtype=codec.storage)
+    back = numpy.empty_like(x)
+    best = float('inf')
+    for _ in range(3):
+        start = time.perf_counter()
+        codec.encode(wire, x)
+        codec.decode(back, wire)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def host_wire_choices(mpi_comm):
+    """Return the wires ``'auto'`` tries on the host: float32 and the one 16-bit wire with cheaper casts.
+
+    float16 and bfloat16 send the same bytes, so on the host only their casts differ; timing one
+    round trip of a 256 KiB sample through each (summed over the ranks, so that every rank
+    agrees) keeps a whole update of the slower one out of the schedule.  float16 is kept only
+    when its casts take less than 0.8x bfloat16's (it also needs a scaling pass).  Collective.
+    """
+    from mpi4py import MPI
+    x = numpy.linspace(-4.0, 4.0, _CAST_SAMPLE, dtype=numpy.float32)
+    t = numpy.array([_cast_seconds(_codecs.FLOAT16, x), _cast_seconds(_codecs.BFLOAT16, x)])
+    mpi_comm.Allreduce(MPI.IN_PLACE, t, MPI.SUM)
+    half = WIRE_CHOICES[1] if t[0] < _FLOAT16_SHARE * t[1] else _codecs.BFLOAT16_NAME
+    return (None, half)
 
 
 # -- the host reducer's axes ------------------------------------------------------------------
@@ -68,10 +104,12 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
     axes = []
     if is_auto(grad_dtype):
         _codecs.load_ml_dtypes()  # not inside the first timed bfloat16 call
+        wires = host_wire_choices(reducer.mpi_comm)
+
         def dtype(c):
             if reducer.shared_usable and reducer.topology.inter_size == 1:
                 return ()  # one node averages in shared memory: no wire, nothing to choose
-            return _first(c.get('dtype'), WIRE_CHOICES)
+            return _first(c.get('dtype'), wires)
         axes.append(('dtype', dtype))
     if not knobs:
         return axes
