@@ -282,3 +282,25 @@ def test_the_cast_sample_times_both_codecs():
     x = numpy.linspace(-1, 1, 1 << 10, dtype=numpy.float32)
     for codec in (_tune._codecs.FLOAT16, _tune._codecs.BFLOAT16):
         assert 0 < _tune._cast_seconds(codec, x) < 1.0
+
+
+def test_a_leader_change_in_the_last_round_still_leaves_calls_for_the_later_axes():
+    # 'end' leads the first two rounds (the next axis then has no values); 'x' would win a third,
+    # and then its next axis needs two first calls: a round is only run when they stay free
+    # whichever value wins it.
+    axes = [('mode', lambda c: ('end', 'x', 'y')),
+            ('bucket', lambda c: () if c.get('mode', 'end') == 'end' else (1, 2, 3)),
+            ('chunk', lambda c: (10, 20))]
+    tuner = _schedule.Tuner(COMM, 'test', axes, {'mode': 'end', 'bucket': 1, 'chunk': 10})
+    seen = {}
+
+    def seconds_of(cfg):
+        k = seen[cfg['mode']] = seen.get(cfg['mode'], 0) + 1
+        if cfg['mode'] == 'x':
+            return {1: 1.5, 2: 1.2}.get(k, 0.5)
+        return {'end': 1.0, 'y': 1.9}[cfg['mode']]
+    calls = _run(tuner, seconds_of)
+    assert calls <= _schedule.MAX_CALLS
+    figures = tuner.history[0][1]
+    assert ('bucket' in figures) == (tuner.choice['mode'] != 'end'), tuner.history[0]
+    assert 'chunk' in figures

@@ -15,7 +15,8 @@ slowest rank's times.  What a schedule may cost is bounded:
   value's second call, or the first of the current value (which ran before: the warm-up, an
   earlier axis), one more than ``DROP`` times slower than the best of its axis is out too;
 - the schedule takes at most ``MAX_CALLS`` (10) calls, its warm-up included: a value gets another
-  round (up to ``SAMPLES`` calls) only while the first calls of the later axes still fit, and an
+  round (up to ``SAMPLES`` calls) only while the first calls of the later axes still fit whichever
+  value of the race wins it (the later axes may depend on the winner), and an
   axis whose first calls do not fit keeps its current value (logged as such).
 
 The first call of a value also pays for its own buffers (a new wire's first call was measured at
@@ -199,7 +200,7 @@ class Tuner:
             return
 
     def _reserve(self, leader):
-        """Return the calls the first rounds of the later axes need if ``leader`` wins this one."""
+        """Return the calls the first rounds of the later axes need if value ``leader`` wins this one."""
         name = self.axes[self._axis][0]
         choice = dict(self.choice, **{name: self._values[leader]})
         need = 0
@@ -243,9 +244,10 @@ class Tuner:
         race = [i for i in range(len(best)) if best[i] <= DROP_FIRST * self._best and (
             (len(self._times[i]) < 2 and i > 0) or best[i] <= DROP * best.min())]
         more = [i for i in race if len(self._times[i]) < SAMPLES]
-        leader = int(numpy.argmin(best))
-        if len(race) > 1 and more and \
-                self._used + len(more) + self._reserve(leader) <= MAX_CALLS:
+        # Any value still in the race (or the current one, by the margin) may win the next round:
+        # keep the first calls of the later axes free whichever it is.
+        reserve = max(self._reserve(i) for i in set(race) | {0}) if len(race) > 1 and more else 0
+        if len(race) > 1 and more and self._used + len(more) + reserve <= MAX_CALLS:
             # Rounds alternate direction, so no value always follows the same other value.
             self._queue = more if self._round % 2 == 0 else more[::-1]
             return
