@@ -8,13 +8,10 @@ and the message matches) or ``('result', None, regex)`` (every rank returns, ``r
 Cases of one job leave the ranks in step (every rank ends each case), so they share a job.
 """
 
-import atexit
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy
@@ -356,10 +353,8 @@ def checkpointer_resume_with_no_snapshot(comm):
     """Documented: maybe_load finds nothing and leaves the trainer as it is (every rank)."""
     import chainer
     import chainermn
-    d = tempfile.mkdtemp(prefix='badinput-') if comm.rank == 0 else None
-    if d is not None:
-        atexit.register(shutil.rmtree, d, True)
-    d = comm.bcast_obj(d)
+    from chainermn_comm.testing import shared_tmpdir
+    d = shared_tmpdir(comm, 'badinput-')
     cp = chainermn.create_multi_node_checkpointer('run', comm, path=d)
     model = _linear(comm, 2)
     opt = chainer.optimizers.SGD()

@@ -1,8 +1,6 @@
 """Pickle-free checkpoints on every rank (run under mpiexec): round trip, poisoned files, opt-in."""
 
-import atexit
 import os
-import shutil
 import sys
 import tempfile
 import warnings
@@ -13,6 +11,7 @@ import chainer.functions as F
 import chainer.links as L
 import numpy
 import pytest
+from chainermn_comm.testing import shared_tmpdir
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _common  # noqa: E402
@@ -32,10 +31,7 @@ def _fresh_opt_in_state(monkeypatch):
 
 
 def _shared_tmpdir(comm):
-    d = tempfile.mkdtemp(prefix='cmn_ckpt_') if comm.rank == 0 else None
-    if d is not None:
-        atexit.register(shutil.rmtree, d, True)  # removed when this rank's pytest ends
-    return comm.bcast_obj(d)
+    return shared_tmpdir(comm, 'cmn_ckpt_')
 
 
 # -- a trainer whose state holds None values, optimizer state and averaged persistents -------------

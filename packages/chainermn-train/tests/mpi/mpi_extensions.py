@@ -2,7 +2,6 @@
 
 import os
 import sys
-import tempfile
 import warnings
 
 import chainer
@@ -10,6 +9,8 @@ import chainer.links as L
 import numpy
 import pytest
 from chainer.training import extensions
+
+from chainermn_comm.testing import shared_tmpdir
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _common  # noqa: E402
@@ -92,8 +93,7 @@ def test_allreduce_persistent():
 
 
 def _shared_tmpdir(comm):
-    d = tempfile.mkdtemp(prefix='cmn_train_') if comm.rank == 0 else None
-    return comm.bcast_obj(d)
+    return shared_tmpdir(comm, 'cmn_train_')
 
 
 def test_checkpointer_save_load_gc_and_fallback():

@@ -17,6 +17,7 @@ from chainer.training import extensions as chainer_extensions
 from chainer.training import triggers
 
 import chainermn_comm
+from chainermn_comm.testing import shared_tmpdir
 from chainermn_train.extensions import (GenericMultiNodeEvaluator, MultiNodeEarlyStoppingTrigger,
                                         ObservationAggregator, multi_node_snapshot)
 
@@ -364,8 +365,7 @@ def test_generic_evaluator_rejects_repeating_iterator_and_bad_root(comm):
 
 @pytest.fixture
 def shared_dir(comm):
-    path = tempfile.mkdtemp(prefix='mn-snapshot-') if comm.rank == 0 else None
-    path = comm.bcast_obj(path)
+    path = shared_tmpdir(comm, 'mn-snapshot-')
     yield path
     comm.allreduce_obj(0)  # everyone is done with it
     if comm.rank == 0:

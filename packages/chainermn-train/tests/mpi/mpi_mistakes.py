@@ -3,7 +3,6 @@
 import json
 import os
 import sys
-import tempfile
 import warnings
 
 import chainer
@@ -17,6 +16,7 @@ import _common  # noqa: E402
 
 import chainermn_train  # noqa: E402
 from chainermn_comm import protocol  # noqa: E402
+from chainermn_comm.testing import shared_tmpdir  # noqa: E402
 from chainermn_train import _fingerprint  # noqa: E402
 
 HINT = 'chainermn.create_multi_node_optimizer(optimizer, comm)'
@@ -90,8 +90,7 @@ def test_multi_node_optimizer_is_not_warned_about(float32):
     updater = _updater(comm, model, multi_node=True)
     for _ in range(3):
         updater.update()
-    path = tempfile.mkdtemp(prefix='cmn_mistakes_') if comm.rank == 0 else None
-    path = comm.bcast_obj(path)
+    path = shared_tmpdir(comm, 'cmn_mistakes_')
     trainer = chainer.training.Trainer(updater, (6, 'iteration'), out=path)
     ckpt = chainermn_train.create_multi_node_checkpointer('job', comm, path=path)
     trainer.extend(ckpt, trigger=(2, 'iteration'))
@@ -107,8 +106,7 @@ def test_plain_optimizer_is_noticed_by_the_checkpointer(float32):
     comm = _common.comm()
     model = _classifier(0)
     updater = _updater(comm, model, multi_node=False)
-    path = tempfile.mkdtemp(prefix='cmn_mistakes_') if comm.rank == 0 else None
-    path = comm.bcast_obj(path)
+    path = shared_tmpdir(comm, 'cmn_mistakes_')
     trainer = chainer.training.Trainer(updater, (4, 'iteration'), out=path)
     ckpt = chainermn_train.create_multi_node_checkpointer('job', comm, path=path)
     trainer.extend(ckpt, trigger=(2, 'iteration'))
@@ -173,8 +171,7 @@ def test_equal_batch_sizes_train_on(float32):
 
 def test_launch_status_file(float32, monkeypatch):
     comm = _common.comm()
-    path = tempfile.mkdtemp(prefix='cmn_status_') if comm.rank == 0 else None
-    path = comm.bcast_obj(path)
+    path = shared_tmpdir(comm, 'cmn_status_')
     status = os.path.join(path, 'status.json')
     monkeypatch.setenv(protocol.LAUNCH_STATUS_ENV, status)
     for run, stop, generation in ((1, 3, None), (2, 5, 3)):

@@ -83,7 +83,7 @@ def host_wire_choices(mpi_comm):
     x = numpy.linspace(-4.0, 4.0, _CAST_SAMPLE, dtype=numpy.float32)
     t = numpy.array([_cast_seconds(_codecs.FLOAT16, x), _cast_seconds(_codecs.BFLOAT16, x)])
     mpi_comm.Allreduce(MPI.IN_PLACE, t, MPI.SUM)
-    half = WIRE_CHOICES[1] if t[0] < _FLOAT16_SHARE * t[1] else _codecs.BFLOAT16_NAME
+    half = numpy.dtype(numpy.float16) if t[0] < _FLOAT16_SHARE * t[1] else _codecs.BFLOAT16_NAME
     return (None, half)
 
 
