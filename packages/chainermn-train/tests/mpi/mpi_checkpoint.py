@@ -2,7 +2,6 @@
 
 import os
 import sys
-import tempfile
 import warnings
 import zipfile
 
@@ -160,9 +159,8 @@ def _model_snapshots(comm, path, iterations):
     return cp
 
 
-def test_the_payload_runs_code_when_unpickled():
-    d = tempfile.mkdtemp(prefix='cmn_probe_')
-    marker, fn = os.path.join(d, 'ran'), os.path.join(d, 'probe.npz')
+def test_the_payload_runs_code_when_unpickled(tmp_path):
+    marker, fn = str(tmp_path / 'ran'), str(tmp_path / 'probe.npz')
     numpy.savez(fn, a=numpy.array(_poison.Payload(marker), dtype=object))
     with numpy.load(fn, allow_pickle=True) as npz:
         npz['a']
