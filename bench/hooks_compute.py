@@ -2,7 +2,8 @@
 
 One process, ``--threads`` BLAS threads (1), no network: a one-rank stand-in communicator
 whose average does nothing, so what is timed is the hook's own arithmetic (every update
-compressed, error feedback and warm start on).  ``--baseline REV`` also times PowerSGD as
+compressed, error feedback and warm start on), with the host products PowerSGD picks (compiled by
+Numba where installed) and with NumPy's (``CHAINERMN_POWERSGD_JIT=0``).  ``--baseline REV`` also times PowerSGD as
 committed at git revision REV (its ``powersgd.py`` and ``lowrank.py`` loaded from ``git
 show``), the two interleaved, the same
 gradients copied in before every call (not timed).  Prints per contender the wall and CPU time
@@ -73,11 +74,12 @@ def main():
     names = [n for n, _ in shapes]
     comm = OneRank()
     with tempfile.TemporaryDirectory() as tmp:
-        classes = {'current': PowerSGD}
+        classes = {'current': PowerSGD, 'current, NumPy': PowerSGD}
         if args.baseline:
             classes['baseline ' + args.baseline] = baseline_class(args.baseline, tmp)
         contenders = {k: (c(rank=args.rank, start_update=0), [g.copy() for g in grads0])
                       for k, c in classes.items()}
+        first = {}
         wall = {k: [] for k in contenders}
         cpu = {k: [] for k in contenders}
         with threadpool_limits(args.threads):
@@ -88,7 +90,12 @@ def main():
                     for g, g0 in zip(grads, grads0):
                         g[...] = g0
                     t0, c0 = time.perf_counter(), time.process_time()
+                    if k == 'current, NumPy':  # read when the hook plans its first call
+                        os.environ['CHAINERMN_POWERSGD_JIT'] = '0'
                     hook(comm, GradBucket(grads, names))
+                    os.environ.pop('CHAINERMN_POWERSGD_JIT', None)
+                    if not r:
+                        first[k] = time.perf_counter() - t0
                     if r:
                         cpu[k].append(time.process_time() - c0)
                         wall[k].append(time.perf_counter() - t0)
@@ -101,9 +108,12 @@ def main():
     result = {}
     for k in sorted(contenders):
         result[k] = {'wall_median_ms': statistics.median(wall[k]) * 1e3, 'wall_min_ms': min(wall[k]) * 1e3,
-                     'cpu_median_ms': statistics.median(cpu[k]) * 1e3, 'cpu_min_ms': min(cpu[k]) * 1e3}
-        print('  {:<18s} wall median {wall_median_ms:6.1f} ms  min {wall_min_ms:6.1f} ms   CPU median '
-              '{cpu_median_ms:6.1f} ms  min {cpu_min_ms:6.1f} ms'.format(k, **result[k]))
+                     'cpu_median_ms': statistics.median(cpu[k]) * 1e3, 'cpu_min_ms': min(cpu[k]) * 1e3,
+                     'first_call_ms': first[k] * 1e3,
+                     'products': getattr(contenders[k][0], 'host_products', {}).get('<f4', 'numpy')}
+        print('  {:<22s} wall median {wall_median_ms:6.1f} ms  min {wall_min_ms:6.1f} ms   CPU median '
+              '{cpu_median_ms:6.1f} ms  min {cpu_min_ms:6.1f} ms  first call {first_call_ms:6.0f} ms '
+              '({products})'.format(k, **result[k]))
     if args.out:
         with open(args.out, 'w') as f:
             json.dump({'rank': args.rank, 'threads': args.threads, 'rounds': args.rounds,

@@ -96,6 +96,7 @@ def wheels(tmp_path_factory):
     assert sorted(requires) == ['Requires-Dist: chainermn-comm[bfloat16] (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-comm[gpu-cuda13] (>=2.0,<2.1) ; extra == "gpu-cuda13"',
                         'Requires-Dist: chainermn-comm[gpu] (>=2.0,<2.1) ; extra == "gpu"',
+                        'Requires-Dist: chainermn-comm[powersgd] (>=2.0,<2.1) ; extra == "powersgd"',
                         'Requires-Dist: chainermn-data (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-links (>=2.0,<2.1)',
                         'Requires-Dist: chainermn-tools (>=2.0,<2.1)',

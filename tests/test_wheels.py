@@ -96,6 +96,7 @@ def test_meta_wheel_requires_the_libraries_and_the_tools(built):
         'chainermn-train (>=2.0,<2.1)', 'chainermn-tools (>=2.0,<2.1)', 'numpy (>=1.26,<3)',
         'chainermn-comm[gpu] (>=2.0,<2.1) ; extra == "gpu"',
         'chainermn-comm[gpu-cuda13] (>=2.0,<2.1) ; extra == "gpu-cuda13"',
+        'chainermn-comm[powersgd] (>=2.0,<2.1) ; extra == "powersgd"',
         'chainermn-tools[plot] (>=2.0,<2.1) ; extra == "plot"']), requires
     with zipfile.ZipFile(meta) as zf:
         names = set(zf.namelist())

@@ -79,6 +79,52 @@ def test_base_hook_must_be_implemented():
         hooks.CommHook()(None, hooks.GradBucket([], []))
 
 
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('n,m,r', [(77, 1000, 4), (9, 13, 1), (10, 7, 2), (11, 30, 5), (8, 40, 8)])
+def test_compiled_host_products_equal_the_plain_products(dtype, n, m, r):
+    pytest.importorskip('numba')
+    from chainermn_comm.hooks import lowrank_jit
+    k = lowrank_jit.kernels(dtype)
+    assert k is not None, 'Numba is installed but the products did not compile'
+    rng = numpy.random.RandomState(n * m + r)
+    g = rng.standard_normal((n, m)).astype(dtype)
+    e = rng.standard_normal((n, m)).astype(dtype)
+    qt = rng.standard_normal((r, m)).astype(dtype)
+    mat, pt = e.copy(), numpy.empty((r, n), dtype)
+    k.project(mat, qt, pt, add=g)
+    want_m = e + g  # the same rounding as the compiled sum
+    assert mat.tobytes() == want_m.tobytes()
+    numpy.testing.assert_allclose(pt, qt.astype(numpy.float64) @ want_m.T, rtol=1e-4, atol=1e-3)
+    pt_plain = numpy.empty_like(pt)
+    k.project(g.copy(), qt, pt_plain)
+    numpy.testing.assert_allclose(pt_plain, qt.astype(numpy.float64) @ g.T, rtol=1e-4, atol=1e-3)
+    q2 = numpy.empty_like(qt)
+    k.back_project(mat, pt, q2)
+    numpy.testing.assert_allclose(q2, pt.astype(numpy.float64) @ mat, rtol=1e-4, atol=1e-2)
+    out, err = numpy.empty_like(g), mat.copy()
+    k.reconstruct(pt, q2, out, err)
+    # Fixed order, no fused multiply-add: exactly NumPy's elementwise sum of the columns' products,
+    # so ranks on any CPU write the same bits.
+    want = numpy.zeros_like(out)
+    for c in range(0, r - r % 4, 4):
+        group = pt[c, :, None] * q2[c] + pt[c + 1, :, None] * q2[c + 1]
+        group = group + pt[c + 2, :, None] * q2[c + 2]
+        group = group + pt[c + 3, :, None] * q2[c + 3]
+        want = group if c == 0 else want + group
+    for c in range(r - r % 4, r):
+        want = pt[c, :, None] * q2[c] if c == 0 else want + pt[c, :, None] * q2[c]
+    assert out.tobytes() == want.tobytes()
+    assert err.tobytes() == (mat - want).tobytes()
+    again = numpy.empty_like(g)
+    k.reconstruct(pt, q2, again)
+    assert again.tobytes() == out.tobytes()
+
+
+def test_compiled_host_products_refuse_other_dtypes():
+    from chainermn_comm.hooks import lowrank_jit
+    assert lowrank_jit.kernels(numpy.float16) is None
+
+
 def test_host_products_by_blocks_equal_the_plain_products():
     from chainermn_comm.hooks import lowrank_host
     rng = numpy.random.RandomState(1)

@@ -19,6 +19,7 @@ __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'RANK_GONE_EXIT_STAT
            'CLUSTER_TOKEN_ENV', 'CHECK_FINITE_ENV', 'CUDA_AWARE_ENV', 'DEBUG_ENV', 'DIRECT_BYTES_ENV',
            'ELASTIC_ENV', 'EXIT_NOTICE_ENV', 'FORCE_ABORT_ENV',
            'LAUNCH_RESTARTS_ENV', 'NODE_LOCAL_ENV', 'OVERLAP_BUCKET_BYTES_ENV', 'OVERLAP_MODE_ENV',
+           'POWERSGD_JIT_ENV',
            'RANKS_PER_NODE_ENV', 'SHM_CHUNK_BYTES_ENV', 'SHM_REDUCE_ENV', 'SLURM_PMI_FIX_ENV',
            'STALL_SECONDS_ENV', 'START_FRESH_ENV', 'STRAGGLER_ENV', 'THREADS_ENV',
            'THREADS_CHOSEN_ENV', 'TIMEOUT_ENV', 'TRACE_ENV',
@@ -75,6 +76,7 @@ LAUNCH_STATUS_ENV = 'CHAINERMN_LAUNCH_PROGRESS'
 NODE_LOCAL_ENV = 'CHAINERMN_NODE_LOCAL'
 OVERLAP_BUCKET_BYTES_ENV = 'CHAINERMN_OVERLAP_BUCKET_BYTES'
 OVERLAP_MODE_ENV = 'CHAINERMN_OVERLAP_MODE'
+POWERSGD_JIT_ENV = 'CHAINERMN_POWERSGD_JIT'
 RANKS_PER_NODE_ENV = 'CHAINERMN_RANKS_PER_NODE'
 SHM_CHUNK_BYTES_ENV = 'CHAINERMN_SHM_CHUNK_BYTES'
 SHM_REDUCE_ENV = 'CHAINERMN_SHM_REDUCE'
@@ -123,6 +125,8 @@ VARIABLES = collections.OrderedDict((v.name, v) for v in [
          minimum=64, maximum=_MAX_PIECE_BYTES),
     _var(OVERLAP_MODE_ENV, 'choice', '', 'when overlapped buckets are averaged (stream: on a side '
          'CUDA stream even with one rank)', choices=('thread', 'inline', 'end', 'stream')),
+    _var(POWERSGD_JIT_ENV, 'flag', True, 'run PowerSGD\'s host products as loops compiled by Numba where '
+         'every rank has it (0: NumPy and BLAS)'),
     _var(RANKS_PER_NODE_ENV, 'int', None, 'ranks per simulated node (tests and benchmarks)',
          minimum=1, maximum=1 << 16),
     _var(SHM_CHUNK_BYTES_ENV, 'int', None, 'bytes per piece of the node-shared-memory sum',

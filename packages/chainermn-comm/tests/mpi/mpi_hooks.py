@@ -151,6 +151,32 @@ def test_powersgd_same_bits_on_every_rank_and_compresses_matrices_only():
     comm.finalize()
 
 
+def test_powersgd_ranks_agree_on_what_runs_the_host_products(monkeypatch):
+    """Compiled products only where every rank has them: one rank without makes all use NumPy."""
+    import importlib.util
+    have_numba = importlib.util.find_spec('numba') is not None
+    comm = chainermn_comm.create_communicator('naive')
+    results = {}
+    for off in (True, False):
+        if off and COMM.Get_rank() == 0:
+            monkeypatch.setenv('CHAINERMN_POWERSGD_JIT', '0')
+        else:
+            monkeypatch.delenv('CHAINERMN_POWERSGD_JIT', raising=False)
+        model = Model()
+        hook = hooks.PowerSGD(rank=2, start_update=0, min_compression=1.0)
+        for seed in range(3):
+            _grads(model, seed)
+            hooks.mean_model(comm, model, hook)
+            _same_everywhere(_snapshot(model))
+        want = 'numpy' if off or not have_numba else 'numba'
+        assert hook.host_products == {'<f4': want}, hook.host_products
+        results[want] = _snapshot(model)
+    if len(results) == 2:  # the two kinds of products: the same average within float rounding
+        for name, grad in results['numpy'].items():
+            numpy.testing.assert_allclose(results['numba'][name], grad, rtol=1e-3, atol=1e-4)
+    comm.finalize()
+
+
 def test_powersgd_at_full_rank_is_the_exact_average():
     comm = chainermn_comm.create_communicator('naive')
     model = Model()
