@@ -123,6 +123,23 @@ def test_compiled_host_products_equal_the_plain_products(dtype, n, m, r):
 def test_compiled_host_products_refuse_other_dtypes():
     from chainermn_comm.hooks import lowrank_jit
     assert lowrank_jit.kernels(numpy.float16) is None
+    assert lowrank_jit.why_not(numpy.float16) == 'no compiled products for float16'
+
+
+def test_without_numba_or_with_a_broken_one_there_are_no_compiled_products(monkeypatch):
+    from chainermn_comm.hooks import lowrank_jit
+    monkeypatch.setattr(lowrank_jit, '_compiled', {})
+    monkeypatch.setattr(lowrank_jit, '_why', {})
+    monkeypatch.setattr(lowrank_jit, '_jit', [None])  # what _build gives when Numba cannot import
+    assert lowrank_jit.kernels(numpy.float32) is None
+    assert lowrank_jit.why_not(numpy.float32).startswith('Numba is not installed')
+
+    def broken(*args):
+        raise RuntimeError('LLVM says no\nmore lines')
+    monkeypatch.setattr(lowrank_jit, '_compiled', {})
+    monkeypatch.setattr(lowrank_jit, '_jit', [(broken, broken, broken)])
+    assert lowrank_jit.kernels(numpy.float32) is None
+    assert lowrank_jit.why_not(numpy.float32) == 'Numba failed: RuntimeError: LLVM says no'
 
 
 def test_host_products_by_blocks_equal_the_plain_products():

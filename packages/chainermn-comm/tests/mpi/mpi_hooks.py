@@ -155,8 +155,13 @@ def test_powersgd_ranks_agree_on_what_runs_the_host_products(monkeypatch):
     """Compiled products only where every rank has them: one rank without makes all use NumPy."""
     import importlib.util
     have_numba = importlib.util.find_spec('numba') is not None
+    import logging
     comm = chainermn_comm.create_communicator('naive')
     results = {}
+    said = []
+    catcher = logging.Handler()
+    catcher.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger('chainermn.hooks').addHandler(catcher)
     for off in (True, False):
         if off and COMM.Get_rank() == 0:
             monkeypatch.setenv('CHAINERMN_POWERSGD_JIT', '0')
@@ -171,6 +176,14 @@ def test_powersgd_ranks_agree_on_what_runs_the_host_products(monkeypatch):
         want = 'numpy' if off or not have_numba else 'numba'
         assert hook.host_products == {'<f4': want}, hook.host_products
         results[want] = _snapshot(model)
+        # One line, on rank 0, where some ranks could have compiled them and one could not.
+        if off and have_numba and COMM.Get_size() > 1 and COMM.Get_rank() == 0:
+            assert said == ['PowerSGD runs its host products with NumPy and BLAS on every rank: '
+                            'rank 0: CHAINERMN_POWERSGD_JIT=0'], said
+        else:
+            assert said == [], said
+        del said[:]
+    logging.getLogger('chainermn.hooks').removeHandler(catcher)
     if len(results) == 2:  # the two kinds of products: the same average within float rounding
         for name, grad in results['numpy'].items():
             numpy.testing.assert_allclose(results['numba'][name], grad, rtol=1e-3, atol=1e-4)

@@ -11,16 +11,18 @@ caller then keeps the NumPy products of :mod:`chainermn_comm.hooks.lowrank_host`
 """
 
 import threading
+import warnings
 
 import numpy
 
-__all__ = ['DTYPES', 'kernels', 'Kernels']
+__all__ = ['DTYPES', 'kernels', 'why_not', 'Kernels']
 
 #: The dtypes the compiled products take (others use the NumPy products).
 DTYPES = ('<f4', '<f8')
 
 _lock = threading.Lock()
 _compiled = {}  # dtype str -> Kernels or None
+_why = {}       # dtype str -> why there are no kernels for it
 _jit = []       # [the three Numba dispatchers] once built, or [None] when Numba is unusable
 
 
@@ -55,12 +57,28 @@ def kernels(dtype):
         return _compiled[key]
 
 
+def why_not(dtype):
+    """Return why :func:`kernels` gave None for ``dtype`` (after it did), in a few words."""
+    key = numpy.dtype(dtype).str
+    if key not in DTYPES:
+        return 'no compiled products for {}'.format(numpy.dtype(dtype).name)
+    return _why.get(key, 'not compiled yet')
+
+
 def _compile(dtype):
     """Build the dispatchers once and compile them for ``dtype`` on small arrays; None on failure."""
+    with warnings.catch_warnings():  # Numba's own warnings would repeat once per rank
+        warnings.simplefilter('ignore')
+        return _compile_quietly(dtype)
+
+
+def _compile_quietly(dtype):
+    """Compile for ``dtype`` and check the products on small arrays; None on any failure."""
     try:
         if not _jit:
             _jit.append(_build())
         if _jit[0] is None:
+            _why[dtype.str] = 'Numba is not installed (pip install "chainermn[powersgd]")'
             return None
         k = Kernels(dtype, *_jit[0])
         rng = numpy.random.RandomState(0)
@@ -74,9 +92,12 @@ def _compile(dtype):
             k.reconstruct(pt, qt, out, mat)
             k.reconstruct(pt, qt, out)
         if not numpy.allclose(out, pt.T.astype(numpy.float64) @ qt, rtol=1e-4, atol=1e-4):
+            _why[dtype.str] = 'the compiled products gave wrong values'
             return None
         return k
-    except Exception:  # an old or broken Numba, or one that refuses this NumPy: keep BLAS
+    except Exception as e:  # an old or broken Numba, or one that refuses this NumPy: keep BLAS
+        _why[dtype.str] = 'Numba failed: {}: {}'.format(type(e).__name__, str(e).splitlines()[0][:200]
+                                                        if str(e) else '')
         return None
 
 

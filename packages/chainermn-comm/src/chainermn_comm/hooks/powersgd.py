@@ -214,14 +214,22 @@ class PowerSGD(CommHook):
         """
         key = numpy.dtype(dtype).str
         if key not in self._host:
-            mine = lowrank_jit.kernels(key) if settings.read(protocol.POWERSGD_JIT_ENV) else None
+            on = settings.read(protocol.POWERSGD_JIT_ENV)
+            mine = lowrank_jit.kernels(key) if on else None
+            why = '' if mine is not None else (
+                lowrank_jit.why_not(key) if on else '{}=0'.format(protocol.POWERSGD_JIT_ENV))
             mpi = getattr(comm, 'mpi_comm', None)
-            able = mpi.allgather(mine is not None) if mpi is not None else [mine is not None]
-            if mine is not None and not all(able) and mpi.Get_rank() == 0:
-                log.get_logger('hooks').info(
-                    'PowerSGD runs its host products with NumPy: rank(s) %s cannot compile them '
-                    '(Numba missing, or %s=0 there); install "chainermn[powersgd]" on every node',
-                    ', '.join(str(r) for r, ok in enumerate(able) if not ok), protocol.POWERSGD_JIT_ENV)
+            whys = mpi.allgather(why) if mpi is not None else [why]
+            able = [not w for w in whys]
+            broken = any(w.startswith('Numba failed') or w.startswith('the compiled') for w in whys)
+            if (broken or any(able)) and not all(able) and (mpi is None or mpi.Get_rank() == 0):
+                by_why = {}
+                for r, w in enumerate(whys):
+                    if w:
+                        by_why.setdefault(w, []).append(str(r))
+                log.get_logger('hooks').warning(
+                    'PowerSGD runs its host products with NumPy and BLAS on every rank: %s',
+                    '; '.join('rank {}: {}'.format(', '.join(rs), w) for w, rs in by_why.items()))
             self._host[key] = mine if all(able) else lowrank_host
         return self._host[key]
 
