@@ -35,13 +35,14 @@ THIRD_PARTY = {
     'cupyx': 'cupy',
     'cupy_backends': 'cupy',
     'ml_dtypes': 'ml-dtypes',
+    'numba': 'numba',
     'pytest': 'pytest',
     'poetry': 'poetry-core',
     'matplotlib': 'matplotlib',
     'threadpoolctl': 'threadpoolctl',
 }
 #: Distributions that may be imported only lazily (inside a function), from an extra.
-OPTIONAL = {'cupy', 'matplotlib', 'ml-dtypes'}
+OPTIONAL = {'cupy', 'matplotlib', 'ml-dtypes', 'numba'}
 
 
 def _canonical(name):
