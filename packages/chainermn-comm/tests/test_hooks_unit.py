@@ -79,6 +79,34 @@ def test_base_hook_must_be_implemented():
         hooks.CommHook()(None, hooks.GradBucket([], []))
 
 
+def _check_host_products(products, n, m, r, dtype, seed):
+    """Check ``products`` (``lowrank_host`` or compiled) against float64 products; return what they gave."""
+    rng = numpy.random.RandomState(seed)
+    g = rng.standard_normal((n, m)).astype(dtype)
+    e = rng.standard_normal((n, m)).astype(dtype)
+    qt = rng.standard_normal((r, m)).astype(dtype)
+    mat, pt = e.copy(), numpy.empty((r, n), dtype)
+    products.project(mat, qt, pt, add=g)
+    assert mat.tobytes() == (e + g).tobytes()  # M = E + G, rounded once
+    numpy.testing.assert_allclose(pt, qt.astype(numpy.float64) @ mat.T, rtol=1e-4, atol=1e-3)
+    pt_plain, g_before = numpy.empty_like(pt), g.copy()
+    products.project(g, qt, pt_plain)  # no error memory: the gradient alone, left as it was
+    assert g.tobytes() == g_before.tobytes()
+    numpy.testing.assert_allclose(pt_plain, qt.astype(numpy.float64) @ g.T, rtol=1e-4, atol=1e-3)
+    q2 = numpy.empty_like(qt)
+    products.back_project(mat, pt, q2)
+    numpy.testing.assert_allclose(q2, pt.astype(numpy.float64) @ mat, rtol=1e-4, atol=1e-2)
+    out, err = numpy.empty_like(g), mat.copy()
+    products.reconstruct(pt, q2, out, err)
+    want_out = pt.T.astype(numpy.float64) @ q2
+    numpy.testing.assert_allclose(out, want_out, rtol=1e-4, atol=1e-2)
+    numpy.testing.assert_allclose(err, mat - want_out, rtol=1e-4, atol=1e-2)
+    again = numpy.empty_like(g)
+    products.reconstruct(pt, q2, again)  # no error memory: the same bits
+    assert again.tobytes() == out.tobytes()
+    return mat, pt, q2, out, err
+
+
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('n,m,r', [(77, 1000, 4), (9, 13, 1), (10, 7, 2), (11, 30, 5), (8, 40, 8)])
 def test_compiled_host_products_equal_the_plain_products(dtype, n, m, r):
@@ -86,38 +114,19 @@ def test_compiled_host_products_equal_the_plain_products(dtype, n, m, r):
     from chainermn_comm.hooks import lowrank_jit
     k = lowrank_jit.kernels(dtype)
     assert k is not None, 'Numba is installed but the products did not compile'
-    rng = numpy.random.RandomState(n * m + r)
-    g = rng.standard_normal((n, m)).astype(dtype)
-    e = rng.standard_normal((n, m)).astype(dtype)
-    qt = rng.standard_normal((r, m)).astype(dtype)
-    mat, pt = e.copy(), numpy.empty((r, n), dtype)
-    k.project(mat, qt, pt, add=g)
-    want_m = e + g  # the same rounding as the compiled sum
-    assert mat.tobytes() == want_m.tobytes()
-    numpy.testing.assert_allclose(pt, qt.astype(numpy.float64) @ want_m.T, rtol=1e-4, atol=1e-3)
-    pt_plain = numpy.empty_like(pt)
-    k.project(g.copy(), qt, pt_plain)
-    numpy.testing.assert_allclose(pt_plain, qt.astype(numpy.float64) @ g.T, rtol=1e-4, atol=1e-3)
-    q2 = numpy.empty_like(qt)
-    k.back_project(mat, pt, q2)
-    numpy.testing.assert_allclose(q2, pt.astype(numpy.float64) @ mat, rtol=1e-4, atol=1e-2)
-    out, err = numpy.empty_like(g), mat.copy()
-    k.reconstruct(pt, q2, out, err)
+    mat, pt, q2, out, err = _check_host_products(k, n, m, r, dtype, seed=n * m + r)
     # Fixed order, no fused multiply-add: exactly NumPy's elementwise sum of the columns' products,
     # so ranks on any CPU write the same bits.
-    want = numpy.zeros_like(out)
+    want = None
     for c in range(0, r - r % 4, 4):
         group = pt[c, :, None] * q2[c] + pt[c + 1, :, None] * q2[c + 1]
         group = group + pt[c + 2, :, None] * q2[c + 2]
         group = group + pt[c + 3, :, None] * q2[c + 3]
-        want = group if c == 0 else want + group
+        want = group if want is None else want + group
     for c in range(r - r % 4, r):
-        want = pt[c, :, None] * q2[c] if c == 0 else want + pt[c, :, None] * q2[c]
+        want = pt[c, :, None] * q2[c] if want is None else want + pt[c, :, None] * q2[c]
     assert out.tobytes() == want.tobytes()
     assert err.tobytes() == (mat - want).tobytes()
-    again = numpy.empty_like(g)
-    k.reconstruct(pt, q2, again)
-    assert again.tobytes() == out.tobytes()
 
 
 def test_compiled_host_products_refuse_other_dtypes():
@@ -144,28 +153,6 @@ def test_without_numba_or_with_a_broken_one_there_are_no_compiled_products(monke
 
 def test_host_products_by_blocks_equal_the_plain_products():
     from chainermn_comm.hooks import lowrank_host
-    rng = numpy.random.RandomState(1)
     n, m, r = 77, 1000, 3  # 65 rows per 256 KiB block: two blocks, the last one ragged
     assert lowrank_host.block_rows(numpy.zeros((n, m), numpy.float32)) < n
-    g = rng.standard_normal((n, m)).astype(numpy.float32)
-    e = rng.standard_normal((n, m)).astype(numpy.float32)
-    qt = rng.standard_normal((r, m)).astype(numpy.float32)
-    mat, pt = e.copy(), numpy.empty((r, n), numpy.float32)
-    lowrank_host.project(mat, qt, pt, add=g)
-    want_m = e.astype(numpy.float64) + g
-    numpy.testing.assert_allclose(mat, want_m, rtol=1e-6)
-    numpy.testing.assert_allclose(pt, qt.astype(numpy.float64) @ want_m.T, rtol=1e-4, atol=1e-3)
-    q2 = numpy.empty_like(qt)
-    lowrank_host.back_project(mat, pt, q2)
-    numpy.testing.assert_allclose(q2, pt.astype(numpy.float64) @ mat, rtol=1e-4, atol=1e-2)
-    out, err = numpy.empty_like(g), mat.copy()
-    lowrank_host.reconstruct(pt, q2, out, err)
-    want_out = pt.T.astype(numpy.float64) @ q2
-    numpy.testing.assert_allclose(out, want_out, rtol=1e-4, atol=1e-2)
-    numpy.testing.assert_allclose(err, mat - want_out, rtol=1e-4, atol=1e-2)
-    again = numpy.empty_like(g)
-    lowrank_host.reconstruct(pt, q2, again)  # no error memory: the same bits
-    assert again.tobytes() == out.tobytes()
-    pt2 = numpy.empty_like(pt)
-    lowrank_host.project(g, qt, pt2)  # no error memory: the gradient alone, left as it was
-    numpy.testing.assert_allclose(pt2, qt.astype(numpy.float64) @ g.T.astype(numpy.float64), rtol=1e-4, atol=1e-3)
+    _check_host_products(lowrank_host, n, m, r, numpy.float32, seed=1)
