@@ -288,8 +288,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             reduces the same arrays.
         overlap (bool): all-reduce gradients during backward (bucketed), then update.
         check_finite (str): before each average, look for NaN/Inf in every rank's own gradient;
-            when some rank's holds any, every rank names that rank and parameter and ``'skip'``\s
-            the update (as loss scaling does) or ``'raise'``\s ``FloatingPointError``.
+            when some rank's holds any, every rank names that rank and parameter and either skips
+            the update (``'skip'``, as loss scaling does) or raises ``FloatingPointError``
+            (``'raise'``).
             ``'off'``: no check; None: ``$CHAINERMN_CHECK_FINITE`` (default off: it reads every
             gradient once more).  Needs the plain update (no double buffering or overlap).
         comm_hook: what averages the gradients (``chainermn.hooks``): None (the communicator's
