@@ -41,6 +41,14 @@ def _global(comm, per):
     return float(numpy.mean(allv))
 
 
+def _batch_means(comm, per, batch):
+    means = []
+    for r in range(comm.size):
+        values = [10.0 * r + i for i in range(per * (r + 1))]
+        means += [numpy.mean(values[i:i + batch]) for i in range(0, len(values), batch)]
+    return float(numpy.mean(means))
+
+
 @pytest.mark.parametrize('batch', [2, 100])
 def test_evaluator_weighted_mean(batch):
     comm = _common.comm()
@@ -50,7 +58,9 @@ def test_evaluator_weighted_mean(batch):
     ev = chainermn_train.create_multi_node_evaluator(ev, comm)
     res = ev()   # Evaluator.__call__ sets up the reporter and calls the patched evaluate
     assert ev._mn_last_counts == [2 * (r + 1) for r in range(comm.size)], res
-    assert res['main/value'] == pytest.approx(_global(comm, 2), rel=1e-12)
+    # Chainer's Evaluator over every rank's batches: each batch's mean counts once.
+    assert ev._mn_last_weights == [{'main/value': float(-(-2 * (r + 1) // batch))} for r in range(comm.size)]
+    assert res['main/value'] == pytest.approx(_batch_means(comm, 2, batch), rel=1e-12)
     res2 = ev()   # repeatable
     assert res2['main/value'] == pytest.approx(res['main/value'], rel=1e-15)
 
