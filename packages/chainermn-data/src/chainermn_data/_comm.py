@@ -2,7 +2,12 @@
 
 from chainermn_comm.engine import guarded_call
 
-__all__ = ['mpi_comm_of', 'guarded', 'describe']
+__all__ = ['mpi_comm_of', 'guarded', 'describe', 'LOAD_ON_ROOT']
+
+#: The fix for a data set that is None on ranks other than the one that loaded it.
+LOAD_ON_ROOT = ('Load the data set on rank 0 only and give every rank its own shard with '
+                'train = chainermn.scatter_dataset(train, comm) (every rank calls it; the others pass '
+                'None), then make each rank\'s iterator over its shard')
 
 
 def mpi_comm_of(comm):

@@ -91,7 +91,8 @@ def _raise_all(work, rank, what, problems, kind='value'):
 
 def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_equal_length, problem):
     # 1. Every rank checks its own arguments; all ranks raise together on any problem.
-    everyone = work.allgather((problem, int(root) if problem is None else None, force_equal_length))
+    everyone = work.allgather((problem, int(root) if problem is None else None, force_equal_length,
+                               dataset is not None))
     bad = [(r, e[0]) for r, e in enumerate(everyone) if e[0] is not None]
     if bad:
         _raise_all(work, rank, 'got invalid arguments', bad)
@@ -101,6 +102,13 @@ def _scatter(work, rank, size, dataset, root, shuffle, seed, max_buf_len, force_
         _raise_all(work, rank, 'needs the same root and force_equal_length on every rank', [
             (r, 'root={} force_equal_length={}'.format(e[1], e[2])) for r, e in enumerate(everyone)])
     root = int(root)
+    if not everyone[root][3]:
+        holders = [r for r, e in enumerate(everyone) if e[3]]
+        _raise_all(work, rank, 'got dataset=None on its root', [(root, (
+            'root {} passed dataset=None{}. scatter_dataset reads only the root\'s data set: load it '
+            'on rank {} (e.g. train = get_mnist()[0] if comm.rank == {} else None){}'.format(
+                root, '; rank(s) {} passed one'.format(', '.join(map(str, holders))) if holders else '',
+                root, root, ', or pass root=R for the rank R that loaded it' if holders else '')))])
 
     # 2. Root plans the split and tells every rank what it will receive (and how it cut the data).
     order, fact = None, None

@@ -13,6 +13,10 @@ def create_empty_dataset(dataset):
     Chainer's default converter turns a batch of ``()`` into ``()``, so the updater and the
     evaluator call the model with no arguments.  Only the length is read, never the samples.
     """
+    if dataset is None:
+        raise TypeError('create_empty_dataset needs the data set (only its length is read); got None. '
+                        'On a rank that did not load it, pass any sequence of its length, e.g. '
+                        '[None] * n with n = comm.bcast_obj(len(train) if comm.rank == 0 else None)')
     try:
         n = len(dataset)
     except TypeError:

@@ -248,3 +248,33 @@ def test_synchronized_mismatch():
     with pytest.raises(ValueError, match='shuffl') as e:
         create_synchronized_iterator(SerialIterator(list(range(10)), 2, shuffle=RANK == 0), comm)
     assert voice.reporter_of(e.value) == 0
+
+
+def test_a_none_data_set_is_named_with_the_fix():
+    """Only rank 0 loaded the data: each iterator names it on every rank together, with the fix."""
+    from chainermn_data.iterators import create_elastic_iterator
+    # The master draws from dataset=None (SerialIterator(None, n, shuffle=False) can be made).
+    with pytest.raises(ValueError, match='dataset=None') as e:
+        create_multi_node_iterator(SerialIterator(None, 2, shuffle=False) if RANK == MASTER else None, comm,
+                                   rank_master=MASTER)
+    assert voice.reporter_of(e.value) == 0
+    assert "rank {}: the master rank's chainer.iterators.serial_iterator.SerialIterator iterates over " \
+           "dataset=None".format(MASTER) in str(e.value), str(e.value)
+    assert 'rank_master={}'.format(MASTER) in str(e.value)
+    if SIZE == 1:
+        return
+    # Synchronized: every rank needs its own data set; ranks other than 0 got None.
+    data = list(range(6)) if RANK == 0 else None
+    with pytest.raises(ValueError, match='dataset=None') as e:
+        create_synchronized_iterator(SerialIterator(data, 2, shuffle=False), comm)
+    assert voice.reporter_of(e.value) == 0
+    text = str(e.value)
+    for r in range(1, SIZE):
+        assert 'rank {}: the chainer.iterators.serial_iterator.SerialIterator iterates over dataset=None'.format(r) \
+            in text, text
+    assert 'rank 0:' not in text.split('create_synchronized_iterator: ')[1], text
+    assert 'chainermn.scatter_dataset(train, comm)' in text, text
+    # Elastic: every rank passes the whole data set.
+    with pytest.raises(ValueError, match='do not scatter it') as e:
+        create_elastic_iterator(data, 2, comm)
+    assert voice.reporter_of(e.value) == 0

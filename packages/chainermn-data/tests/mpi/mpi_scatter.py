@@ -244,3 +244,17 @@ def test_create_empty_dataset():
         create_empty_dataset(iter([1, 2]))
     part = chainermn_data.scatter_dataset(create_empty_dataset(list(range(9))), comm, shuffle=True)
     assert len(part) == math.ceil(9 / SIZE) and all(part[i] == () for i in range(len(part)))
+
+
+def test_root_none_names_the_ranks_that_loaded_it():
+    loaded = list(range(5)) if RANK == SIZE - 1 and SIZE > 1 else None   # loaded on the last rank, root is 0
+    with pytest.raises(ValueError, match='dataset=None') as e:
+        chainermn_data.scatter_dataset(loaded, comm)
+    assert voice.reporter_of(e.value) == 0
+    text = str(e.value)
+    if SIZE > 1:
+        assert 'root 0 passed dataset=None; rank(s) {} passed one'.format(SIZE - 1) in text, text
+        assert 'or pass root=R for the rank R that loaded it' in text, text
+    assert 'load it on rank 0' in text, text
+    with pytest.raises(TypeError, match='comm.bcast_obj'):
+        create_empty_dataset(None)

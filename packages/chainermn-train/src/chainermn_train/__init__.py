@@ -2,7 +2,7 @@
 
 from chainermn_train import extensions
 from chainermn_train._evaluator import create_multi_node_evaluator
-from chainermn_train._fingerprint import ParameterMismatchWarning
+from chainermn_train._fingerprint import IdenticalBatchesWarning, ParameterMismatchWarning
 from chainermn_train._optimizer import MultiNodeOptimizer, create_multi_node_optimizer
 from chainermn_train.extensions import (AllreducePersistent, create_multi_node_checkpoint,
                                         create_multi_node_checkpointer)
@@ -11,4 +11,4 @@ __version__ = '2.0.0'
 
 __all__ = ['create_multi_node_optimizer', 'create_multi_node_evaluator', 'MultiNodeOptimizer',
            'AllreducePersistent', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',
-           'ParameterMismatchWarning', 'extensions', '__version__']
+           'ParameterMismatchWarning', 'IdenticalBatchesWarning', 'extensions', '__version__']

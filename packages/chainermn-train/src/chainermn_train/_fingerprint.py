@@ -1,12 +1,19 @@
-"""Notice when the ranks' copies of a model differ (e.g. a plain optimizer on a multi-process job).
+"""Notice when the ranks' copies of a model differ, or when the ranks train on the same batches.
 
 When the multi-node evaluator or the checkpointer runs, every rank sums each parameter (and its
 squares) in float64 and the ranks allgather these few numbers once; if the ranks hold the same
 parameter names and shapes but different values, :class:`ParameterMismatchWarning` is warned once
 per process (every rank warns, rank 0 shows it), naming the first differing parameter and the
 likely cause.  Ranks that hold different parameters (model parallelism) are not compared.
+
+At the first update of a multi-node optimizer, a digest of each rank's batch (:func:`batch_digest`)
+rides with the batch-size check's allgather; ranks of that communicator whose batches are
+identical (no ``scatter_dataset``, or every rank shuffling with the same seed) draw
+:class:`IdenticalBatchesWarning`, once per process, shown by the communicator's rank 0.  Ranks
+that share batches over another communicator (a model-parallel group) are never compared.
 """
 
+import hashlib
 import zlib
 
 import numpy
@@ -15,16 +22,22 @@ from chainermn_comm import voice
 
 from chainermn_train import _params
 
-__all__ = ['ParameterMismatchWarning', 'fingerprint', 'check_same_parameters', 'model_of']
+__all__ = ['ParameterMismatchWarning', 'IdenticalBatchesWarning', 'fingerprint', 'check_same_parameters',
+           'model_of', 'batch_digest', 'warn_identical_batches']
 
 # Relative difference of the sums above which two ranks' parameters count as different: ranks of
 # a multi-node optimizer hold bitwise-equal parameters, ranks that train apart differ by far more.
 _RTOL = 1e-6
 _warned = False   # once per process
+_warned_batches = False   # once per process
 
 
 class ParameterMismatchWarning(UserWarning):
     """Warned when ranks that should hold the same model hold different parameter values."""
+
+
+class IdenticalBatchesWarning(UserWarning):
+    """Warned when ranks of a multi-node optimizer feed identical batches to its first update."""
 
 
 def _to_host(array):
@@ -103,3 +116,71 @@ def model_of(obj):
         return None
     target = getattr(optimizer, 'target', None)
     return target if hasattr(target, 'namedparams') else None
+
+
+def batch_digest(batch):
+    """Return a hex digest of the arrays in ``batch`` (arrays, Variables, lists, tuples, dicts), or None.
+
+    None when the batch holds no array element (e.g. ``create_empty_dataset``'s empty tuples, an
+    update without a batch): there is nothing to compare.
+    """
+    h = hashlib.blake2b(digest_size=16)
+    try:
+        if not _feed(h, batch):
+            return None
+    except Exception:   # an array type that cannot reach the host: nothing to compare
+        return None
+    return h.hexdigest()
+
+
+def _feed(h, value):
+    """Add ``value`` to ``h``; return True when it held at least one array element."""
+    value = getattr(value, 'array', value)   # a Variable
+    if isinstance(value, dict):
+        found = False
+        for k in sorted(value, key=repr):
+            h.update(repr(k).encode())
+            found = _feed(h, value[k]) or found
+        return found
+    if isinstance(value, (list, tuple)):
+        h.update(b'(%d' % len(value))
+        found = False
+        for v in value:
+            found = _feed(h, v) or found
+        return found
+    if hasattr(value, 'shape') and hasattr(value, 'dtype'):
+        a = numpy.ascontiguousarray(_to_host(value))
+        h.update('{}{}'.format(a.dtype.str, a.shape).encode())
+        h.update(a.view(numpy.uint8).reshape(-1) if a.size else b'')
+        return a.size > 0
+    if isinstance(value, (int, float, complex, str, bytes, bool, numpy.generic)) or value is None:
+        h.update(repr(value).encode())
+    return False
+
+
+def warn_identical_batches(comm, digests):
+    """Warn once (from rank 0 of ``comm``) when ranks of ``comm`` fed identical first batches.
+
+    ``digests`` are the ranks' :func:`batch_digest` values, gathered by the caller's exchange (no
+    collective here).  Returns the groups of ranks with identical batches.
+    """
+    global _warned_batches
+    groups = {}
+    for r, d in enumerate(digests):
+        if d is not None:
+            groups.setdefault(d, []).append(r)
+    same = [ranks for ranks in groups.values() if len(ranks) > 1]
+    if not same or _warned_batches:
+        return same
+    _warned_batches = True
+    voice.warn_all(
+        'ranks {} of the multi-node optimizer\'s communicator ({} ranks) fed identical batches to its '
+        'first update: they train on the same examples in the same order, so their gradients add '
+        'nothing to each other. Load the data set on rank 0 and give every rank its own shard: '
+        'train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=0) (the other ranks pass '
+        'None). If every rank must hold the whole data set, shuffle it differently on each rank '
+        '(SerialIterator(train, batch_size, shuffle=True) with numpy.random seeded by rank, e.g. '
+        'numpy.random.seed(seed + comm.rank)). This warning is shown once per process.'.format(
+            '; '.join(', '.join(str(r) for r in ranks) for ranks in same), comm.size),
+        IdenticalBatchesWarning, comm.rank, stacklevel=3)
+    return same

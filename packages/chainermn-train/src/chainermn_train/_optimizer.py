@@ -1,7 +1,7 @@
 """create_multi_node_optimizer: a Chainer optimizer whose updates use gradients averaged over ranks."""
 
 from chainermn_comm import hooks, trace, voice
-from chainermn_train import _finite, _params, _trainer_run
+from chainermn_train import _fingerprint, _finite, _params, _trainer_run
 
 __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 
@@ -135,7 +135,8 @@ class MultiNodeOptimizer:
             raise RuntimeError('rank {}: the multi-node optimizer is not set up; call '
                                'optimizer.setup(model) before update()'.format(self.communicator.rank))
         if not self._mn_batch_checked and self.communicator.size > 1:
-            self._mn_check_batch_sizes(_batch_size(args, kwds) if lossfun is not None else None)
+            self._mn_check_batch_sizes(_batch_size(args, kwds) if lossfun is not None else None,
+                                       (args, kwds) if lossfun is not None else None)
         if lossfun is not None:
             # Parameters that exist before the forward pass are made equal before it runs.
             self._mn_sync_if_changed()
@@ -219,7 +220,7 @@ class MultiNodeOptimizer:
         else:
             hooks.mean_model(self.communicator, target, self.comm_hook, self.zero_fill)
 
-    def _mn_check_batch_sizes(self, size):
+    def _mn_check_batch_sizes(self, size, batch=None):
         """At the first update: raise ValueError on every rank unless every rank feeds the same batch size.
 
         One small allgather, once.  Ranks whose batch size is unknown (no batch passed to
@@ -227,7 +228,9 @@ class MultiNodeOptimizer:
         """
         self.__dict__['_mn_batch_checked'] = True
         comm = self.communicator
-        sizes = comm.allgather_obj(size)
+        # A digest of the batch rides along: identical batches on every rank warn (_fingerprint).
+        gathered = comm.allgather_obj((size, _fingerprint.batch_digest(batch)))
+        sizes = [s for s, _ in gathered]
         known = {s for s in sizes if s is not None}
         if len(known) > 1:
             raise voice.agreed(ValueError(
@@ -239,6 +242,7 @@ class MultiNodeOptimizer:
                 'scatter the dataset with chainermn.scatter_dataset'.format(
                     comm.rank, ', '.join('rank {}: {}'.format(r, s) for r, s in enumerate(sizes)),
                     comm.size)), comm)   # the same on every rank: rank 0 reports it
+        _fingerprint.warn_identical_batches(comm, [d for _, d in gathered])
 
     def _mn_bcast_params(self):
         target = self.actual_optimizer.target

@@ -124,6 +124,9 @@ def create_elastic_iterator(dataset, batch_size, comm, shuffle=True, seed=None, 
         n = len(dataset)
     except TypeError as e:
         n, problem = None, 'the dataset needs __len__ and __getitem__: {}'.format(e)
+    if dataset is None:
+        problem = ('dataset=None: an elastic iterator splits the whole data set itself, so every rank '
+                   'loads it and passes it (do not scatter it with scatter_dataset)')
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, numpy.integer)) or batch_size < 1:
         problem = 'batch_size must be a positive int; got {!r}'.format(batch_size)
     if seed is None and rank == 0:

@@ -4,7 +4,7 @@ import chainer
 from chainer.serializer import Deserializer
 from chainermn_comm import voice
 
-from chainermn_data._comm import describe, guarded, mpi_comm_of
+from chainermn_data._comm import LOAD_ON_ROOT, describe, guarded, mpi_comm_of
 from chainermn_data.iterators import _records
 from chainermn_data.iterators._errors import IteratorMismatchError
 
@@ -40,6 +40,10 @@ class MultiNodeIterator(chainer.dataset.Iterator):
         elif self.rank == rank_master and (actual_iterator is None or not hasattr(actual_iterator, '__next__')):
             problem = 'the master rank needs an iterator (e.g. SerialIterator); got {}'.format(
                 describe(actual_iterator))
+        elif self.rank == rank_master and getattr(actual_iterator, 'dataset', 0) is None:
+            problem = ('the master rank\'s {} iterates over dataset=None: the master draws every batch '
+                       'from its own data set, so load the data set on rank_master={} (the other ranks '
+                       'pass None as their iterator)'.format(describe(actual_iterator), rank_master))
         mine = ('create_multi_node_iterator', repr(rank_master), problem,
                 _state_of(actual_iterator) if problem is None and self.rank == rank_master else None)
         with guarded(communicator, 'create_multi_node_iterator'):

@@ -4,7 +4,7 @@ import numpy
 from chainer.iterators import ShuffleOrderSampler
 from chainermn_comm import voice
 
-from chainermn_data._comm import describe, guarded, mpi_comm_of
+from chainermn_data._comm import LOAD_ON_ROOT, describe, guarded, mpi_comm_of
 from chainermn_data.iterators._errors import IteratorMismatchError
 
 __all__ = ['create_synchronized_iterator']
@@ -14,6 +14,10 @@ def _describe_iterator(it):
     """Return (problem, facts) for an iterator: facts every rank must agree on."""
     if it is None or not hasattr(it, '__next__'):
         return 'needs an iterator (e.g. SerialIterator); got {}'.format(describe(it)), None
+    if getattr(it, 'dataset', 0) is None:
+        return ('the {} iterates over dataset=None: every rank iterates over its own data set here '
+                '(the same length on every rank). If only rank 0 loaded it: {}'.format(
+                    describe(it), LOAD_ON_ROOT)), None
     if not hasattr(it, 'order_sampler'):
         return ('cannot synchronize a {}: it has no order_sampler (use SerialIterator, '
                 'MultiprocessIterator or MultithreadIterator)'.format(describe(it))), None
