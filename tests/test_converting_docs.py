@@ -1,7 +1,7 @@
 """docs/converting.md: every script on the page, verbatim, at 3 ranks in one mpiexec launch.
 
 Each block is written to its own file and run with ``runpy`` in its own empty folder, one after the
-other in the same 3 processes (one launch instead of six); the test then checks what each printed.
+other in the same 3 processes (one launch instead of one per block); the test then checks what each printed.
 """
 
 import os
@@ -14,7 +14,8 @@ from docs_support import block
 
 RANKS = 3
 NAMES = ('converting-scatter', 'converting-share', 'converting-weights', 'converting-updaters',
-         'converting-device', 'converting-saving')
+         'converting-batchsize', 'converting-reports', 'converting-seeds', 'converting-evaluator',
+         'converting-resume', 'converting-device', 'converting-saving')
 
 DRIVER = textwrap.dedent('''
     import os, runpy, sys
@@ -37,6 +38,11 @@ def _blocks():
         'converting-share': block('converting-share'),
         'converting-weights': block('converting-weights'),
         'converting-updaters': block('converting-updaters'),
+        'converting-batchsize': block('converting-batchsize'),
+        'converting-reports': block('converting-reports'),
+        'converting-seeds': block('converting-seeds'),
+        'converting-evaluator': block('converting-evaluator'),
+        'converting-resume': block('converting-resume'),
         'converting-device': block('converting-device'),
         'converting-saving': block('converting-saving'),
     }
@@ -83,6 +89,26 @@ def test_converting_page_scripts_at_3_ranks(tmp_path):
     validation = _floats(r'validation loss: ([0-9.]+)', out)
     whole = _floats(r'loss on the whole test set: ([0-9.]+)', out)
     assert len(validation) == len(whole) == 1 and abs(validation[0] - whole[0]) < 2e-6, report
+    # Batch size: per rank; the update is one process's with the global batch.
+    assert out.count('3 ranks x batchsize 4: the update of one process with a batch of 12: True') == 1, report
+    # Reports: rank 0's own value, and the aggregated mean over ranks, each equal to what it claims.
+    reports = re.findall(r"main/loss ([0-9.]+) is rank 0's own \(([0-9.]+)\); main/loss_all ([0-9.]+) is "
+                         r"the mean over ranks \(([0-9.]+)\)", out)
+    assert len(reports) == 1, report
+    own, own_check, mean, mean_check = (float(v) for v in reports[0])
+    assert own == own_check and mean == mean_check and abs(own - mean) > 1e-3, report
+    # Seeds: per-rank randomness, rank 0's weights everywhere.
+    assert out.count('dropout masks differ between ranks: True; weights equal after setup: True') == 1, report
+    # The evaluator: the mean of the batches' values; a (value, weight) report: of the examples.
+    assert out.count('batch_mean 33.5000, the mean of the 6 batch means 33.5000') == 1, report
+    assert out.count('example_mean 28.5000, the mean of the 10 examples 28.5000') == 1, report
+    # A resume: the iterator's own saved RNG repeats the run without a break; numpy.random does not.
+    assert out.count('global RNG: after the resume, the rest of epoch 2 as without a break: True, '
+                     'epoch 3: False') == 1, report
+    assert out.count('serialized RNG: after the resume, the rest of epoch 2 as without a break: True, '
+                     'epoch 3: True') == 1, report
+    # No rank fed the same batches as another (the docs' scripts make no mistake on purpose).
+    assert 'IdenticalBatchesWarning' not in res.stdout + res.stderr, report
     # Devices: a GPU spec becomes GPU intra_rank; the CPU stays.
     for r in range(RANKS):
         assert 'rank {}: --device 0 -> @cupy:{}'.format(r, r) in out, report

@@ -23,6 +23,11 @@ RUN_BY = {
     'converting-share': 'tests/test_converting_docs.py',
     'converting-weights': 'tests/test_converting_docs.py',
     'converting-updaters': 'tests/test_converting_docs.py',
+    'converting-batchsize': 'tests/test_converting_docs.py',
+    'converting-reports': 'tests/test_converting_docs.py',
+    'converting-seeds': 'tests/test_converting_docs.py',
+    'converting-evaluator': 'tests/test_converting_docs.py',
+    'converting-resume': 'tests/test_converting_docs.py',
     'converting-device': 'tests/test_converting_docs.py',
     'converting-saving': 'tests/test_converting_docs.py',
 }
