@@ -9,7 +9,7 @@ mistakes: an iterator that repeats and a ``None`` data set are refused on every 
 before a batch is drawn, within seconds.
 """
 
-import warnings
+import time
 
 import chainer
 import chainer.functions as F
@@ -223,8 +223,10 @@ def test_subclass_keys_weighted_by_examples():
 
 # -- mistakes: refused together, before any batch is drawn -------------------------------------
 def _refused(ev, match):
+    started = time.monotonic()
     with pytest.raises(ValueError, match=match) as info:
         ev()
+    assert time.monotonic() - started < 10, 'refused, but only after {:.1f} s'.format(time.monotonic() - started)
     assert getattr(info.value, 'chainermn_agreed', None) == 0, info.value
     return str(info.value)
 
