@@ -4,7 +4,7 @@ import chainer
 from chainer.serializer import Deserializer
 from chainermn_comm import voice
 
-from chainermn_data._comm import LOAD_ON_ROOT, describe, guarded, mpi_comm_of
+from chainermn_data._comm import describe, guarded, mpi_comm_of
 from chainermn_data.iterators import _records
 from chainermn_data.iterators._errors import IteratorMismatchError
 
