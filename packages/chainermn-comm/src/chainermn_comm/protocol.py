@@ -3,18 +3,19 @@
 - every ``CHAINERMN_*`` environment variable: its name, kind, default and meaning (``VARIABLES``;
   read them with :func:`chainermn_comm.settings.read`);
 - the exit statuses a job ends with when chainermn ends it;
-- the launch status file through which a job (the checkpointer, on rank 0) tells
-  ``python -m chainermn launch`` what it loaded and how far it got: a small JSON object that is
-  replaced atomically, never parsed out of a log.
+- the name of the launch status file through which a job (the checkpointer, on rank 0) tells
+  ``python -m chainermn launch`` what it loaded and how far it got (:data:`LAUNCH_STATUS_ENV`; the
+  file is written and read by :mod:`chainermn_comm.launch_status`).
+
+Names and values only: this module imports nothing of chainermn's and does no I/O, so every other
+module can import it.
 """
 
 import collections
-import json
-import os
 
 __all__ = ['Variable', 'VARIABLES', 'WATCHDOG_EXIT_STATUS', 'RANK_GONE_EXIT_STATUS',
            'PREEMPTED_EXIT_STATUS',
-           'LAUNCH_STATUS_ENV', 'LaunchStatusWriter', 'read_launch_status', 'launch_attempt',
+           'LAUNCH_STATUS_ENV',
            'ALLOW_PICKLE_ENV', 'CHECK_ENV', 'CHUNK_BYTES_ENV', 'CLUSTER_DIR_ENV', 'CLUSTER_JOB_ENV',
            'CLUSTER_TOKEN_ENV', 'CHECK_FINITE_ENV', 'CUDA_AWARE_ENV', 'DEBUG_ENV', 'DIRECT_BYTES_ENV',
            'ELASTIC_ENV', 'EXIT_NOTICE_ENV', 'FORCE_ABORT_ENV',
@@ -71,7 +72,7 @@ ELASTIC_ENV = 'CHAINERMN_ELASTIC'
 EXIT_NOTICE_ENV = 'CHAINERMN_EXIT_NOTICE'
 FORCE_ABORT_ENV = 'CHAINERMN_FORCE_ABORT_ON_EXCEPTION'
 LAUNCH_RESTARTS_ENV = 'CHAINERMN_LAUNCH_RESTARTS'
-#: Set by ``python -m chainermn launch``: the launch status file (see :class:`LaunchStatusWriter`).
+#: Set by ``python -m chainermn launch``: the launch status file (see :mod:`chainermn_comm.launch_status`).
 LAUNCH_STATUS_ENV = 'CHAINERMN_LAUNCH_PROGRESS'
 NODE_LOCAL_ENV = 'CHAINERMN_NODE_LOCAL'
 OVERLAP_BUCKET_BYTES_ENV = 'CHAINERMN_OVERLAP_BUCKET_BYTES'
@@ -156,57 +157,3 @@ VARIABLES = collections.OrderedDict((v.name, v) for v in [
          'progress queries unanswered before a waiting rank declares it gone and ends the job (0: '
          'off)', minimum=1, off=0),
 ])
-
-
-class LaunchStatusWriter:
-    """Keep the launch status file up to date: a JSON object, replaced atomically on each update.
-
-    Fields written by the checkpointer on rank 0: ``generation`` (the generation it loaded, or
-    None), ``first_iteration_wall`` (unix time at the end of the first iteration) and
-    ``iteration`` (the last finished iteration).
-    """
-
-    def __init__(self, path):
-        self.path = path
-        self.fields = {}
-
-    def update(self, **fields):
-        """Merge ``fields`` into the status and write it (a reader never sees a partial file)."""
-        from chainermn_comm import safe_files   # safe_files reads this module's names
-        self.fields.update(fields)
-        safe_files.write_text(self.path, json.dumps(self.fields))
-
-
-def launch_attempt(environ=None):
-    """Return ``(launch, attempt)`` naming this start of a job that a launcher restarts, or None.
-
-    ``python -m chainermn launch`` (its status file names the launch, ``CHAINERMN_LAUNCH_RESTARTS``
-    counts the restarts) or a Slurm job (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT`` after a
-    requeue).  A launcher starts an attempt only once the one before has ended, so the processes
-    of an earlier attempt of the same launch are gone, whatever host they ran on.
-    """
-    from chainermn_comm import settings   # settings reads this module's names
-    env = os.environ if environ is None else environ
-    status = settings.read(LAUNCH_STATUS_ENV, environ=env)
-    if status:
-        return 'launch:' + status, int(settings.read(LAUNCH_RESTARTS_ENV, environ=env))
-    job = env.get('SLURM_JOB_ID', '').strip()
-    if job:
-        restarts = env.get('SLURM_RESTART_COUNT', '0').strip()
-        return ('slurm:{}:{}'.format(env.get('SLURM_CLUSTER_NAME', ''), job),
-                int(restarts) if restarts.isdigit() else 0)
-    return None
-
-
-def read_launch_status(path):
-    """Return the launch status as a dict; {} when the file is missing, unreadable or not trusted.
-
-    Only a regular file of this user that nobody else can write is read (never through a link).
-    """
-    from chainermn_comm import safe_files
-    try:
-        with safe_files.open_trusted(path, 'launch status file') as f:
-            value = json.loads(f.read().decode('utf-8'))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
