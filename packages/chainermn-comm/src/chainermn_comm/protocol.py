@@ -49,7 +49,8 @@ class Variable(collections.namedtuple('Variable', 'name kind default meaning cho
     for None) or ``'text'`` (any string, e.g. a path).  Numbers outside ``minimum``..``maximum``
     are refused, except ``off`` (e.g. 0 for a time limit that 0 turns off).  ``agreed``: the
     variable changes what a rank sends, so every rank of a communicator must give it the same
-    value (True), or all set it or none (``'set'``), checked when a communicator is made
+    value (True), the same value set or unset alike (``'exact'``: setting it pins a knob), or
+    all set it or none (``'set'``), checked when a communicator is made
     (:mod:`chainermn_comm.same_settings`).  ``internal``: set by chainermn or its tools, or only
     for tests and simulation (:data:`INTERNAL_VARIABLES`), not a user's knob.
     """
@@ -144,7 +145,7 @@ USER_VARIABLES = collections.OrderedDict((v.name, v) for v in [
     _var(SHM_CHUNK_BYTES_ENV, 'int', None, 'bytes per piece of the node-shared-memory sum',
          minimum=64, maximum=_MAX_PIECE_BYTES, agreed=True),
     _var(SHM_REDUCE_ENV, 'flag', True, 'sum gradients in node-shared memory (0 uses MPI only)',
-         agreed=True),
+         agreed='exact'),
     _var(SLURM_PMI_FIX_ENV, 'flag', True, 'repair Slurm\'s PMI environment for MPICH'),
     _var(STALL_SECONDS_ENV, 'float', 60.0, 'seconds a call waits before the stall report (0: off)',
          minimum=1, off=0),
