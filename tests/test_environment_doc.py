@@ -33,3 +33,12 @@ def test_the_tables_are_apart_and_the_parser_reads_both():
     assert not any(v.internal for v in protocol.USER_VARIABLES.values())
     assert {'CHAINERMN_THREADS_CHOSEN', 'CHAINERMN_RANKS_PER_NODE', 'CHAINERMN_NODE_LOCAL',
             'CHAINERMN_LAUNCH_PROGRESS'} <= set(protocol.INTERNAL_VARIABLES)
+
+
+def test_the_process_wide_effects_are_the_table_of_docs_process_md():
+    from chainermn_comm import process
+    with open(os.path.join(ROOT, 'docs', 'process.md'), encoding='utf-8') as f:
+        rows = [line for line in f.read().splitlines() if line.startswith('| `')]
+    assert [re.match(r'\| `([^`]+)`', row).group(1) for row in rows] == list(process.EFFECTS)
+    with open(os.path.join(ROOT, 'docs', 'environment.md'), encoding='utf-8') as f:
+        assert '(process.md)' in f.read()

@@ -29,11 +29,12 @@ its CPUs, or ranks bound to a set of CPUs smaller than their number.
 """
 
 import collections
+import functools
 import os
 import socket
 
-from chainermn_comm import settings
-from chainermn_comm.protocol import THREADS_CHOSEN_ENV, THREADS_ENV
+from chainermn_comm import process, settings
+from chainermn_comm.protocol import PROCESS_WIDE_ENV, THREADS_CHOSEN_ENV, THREADS_ENV
 
 __all__ = ['POOL_VARIABLES', 'CpuFacts', 'ThreadChoice', 'local_facts', 'cpu_list', 'decide',
            'oversubscription', 'size_thread_pools', 'current', 'pools']
@@ -135,8 +136,11 @@ def _user_variable(env):
     return None
 
 
-def decide(facts, rank, environ=None):
-    """Return the :class:`ThreadChoice` of ``rank`` given every rank's facts and its environment."""
+def decide(facts, rank, environ=None, alone=False):
+    """Return the :class:`ThreadChoice` of ``rank`` given every rank's facts and its environment.
+
+    ``alone``: the process is left alone (``chainermn_comm.process``): the rule sizes nothing.
+    """
     env = os.environ if environ is None else environ
     cpus, sharing = _usable(facts[rank]), len(_sharing(facts, rank))
     if settings.is_set(THREADS_ENV, environ=env):
@@ -144,6 +148,8 @@ def decide(facts, rank, environ=None):
     user = _user_variable(env)
     if user is not None:
         return ThreadChoice(None, user, cpus, sharing)
+    if alone:
+        return ThreadChoice(None, PROCESS_WIDE_ENV, cpus, sharing)
     return ThreadChoice(max(1, cpus // sharing), 'rule', cpus, sharing)
 
 
@@ -214,9 +220,10 @@ def size_thread_pools(mpi_comm):
     facts = mpi_comm.allgather(local_facts(_state['said']))
     rank = mpi_comm.Get_rank()
     if _state['choice'] is None:
-        choice = decide(facts, rank)
-        if choice.threads:
-            _apply(choice.threads)
+        choice = decide(facts, rank, alone=process.left_alone())
+        if choice.threads:   # CHAINERMN_THREADS=N is asked for by name: done even when left alone
+            process.install('thread pools', functools.partial(_apply, choice.threads),
+                            asked=choice.source == THREADS_ENV)
         _state['choice'] = choice
     said, _state['said'] = any(f.said for f in facts), True
     if rank == 0 and not said:
