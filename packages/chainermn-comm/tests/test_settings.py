@@ -198,3 +198,29 @@ def test_out_of_range_threads_fail_at_start_up_on_every_rank(tmp_path):
                "integer from 0 to 65536")
     assert res.stderr.count(message) == 2, report
     assert 'OverflowError' not in res.stderr, report
+
+
+def _chainermn_imports(module):
+    """Return the chainermn_comm modules ``module``'s source imports (lazy imports included)."""
+    import ast
+    import inspect
+    found = set()
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('chainermn_comm'):
+            found.update('{}.{}'.format(node.module, a.name) if node.module == 'chainermn_comm' else node.module
+                         for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith('chainermn_comm'))
+    return found
+
+
+def test_protocol_settings_and_safe_files_import_no_circle():
+    """protocol: names only; settings reads protocol; safe_files uses both (the launch status file's
+    I/O lives in launch_status, above them)."""
+    from chainermn_comm import launch_status, safe_files
+    assert _chainermn_imports(protocol) == set()
+    assert _chainermn_imports(settings) == {'chainermn_comm.protocol'}
+    assert _chainermn_imports(safe_files) == {'chainermn_comm.protocol', 'chainermn_comm.settings'}
+    assert 'chainermn_comm.launch_status' not in _chainermn_imports(safe_files) | _chainermn_imports(settings)
+    assert _chainermn_imports(launch_status) == {'chainermn_comm.protocol', 'chainermn_comm.safe_files',
+                                                 'chainermn_comm.settings'}
