@@ -60,7 +60,7 @@ EFFECTS = collections.OrderedDict((e.name, e) for e in [
 ])
 
 _lock = threading.RLock()
-_state = {'alone': False, 'installed': []}
+_state = {'alone': False, 'installed': [], 'asked': set()}
 
 
 def left_alone(environ=None):
@@ -79,7 +79,8 @@ def leave_alone():
     Raises RuntimeError when an effect was installed already (too late to leave it out).
     """
     with _lock:
-        early = [name for name in _state['installed'] if name != 'MPICH netmod']
+        early = [name for name in _state['installed']   # not what import or the user did
+                 if name != 'MPICH netmod' and name not in _state['asked']]
         if early and not _state['alone']:
             raise RuntimeError('chainermn_comm.process.leave_alone() is called after chainermn '
                                'installed {} in this process; call it before the first '
@@ -103,6 +104,8 @@ def install(name, installer, asked=False):
             return False
         if installer() is not False and name not in _state['installed']:
             _state['installed'].append(name)
+            if asked:
+                _state['asked'].add(name)
         return True
 
 
