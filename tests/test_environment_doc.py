@@ -42,3 +42,10 @@ def test_the_process_wide_effects_are_the_table_of_docs_process_md():
     assert [re.match(r'\| `([^`]+)`', row).group(1) for row in rows] == list(process.EFFECTS)
     with open(os.path.join(ROOT, 'docs', 'environment.md'), encoding='utf-8') as f:
         assert '(process.md)' in f.read()
+
+
+def test_the_same_on_every_rank_lists_the_agreed_variables():
+    with open(os.path.join(ROOT, 'docs', 'environment.md'), encoding='utf-8') as f:
+        text = f.read()
+    section = text.split('## The same on every rank')[1].split('\n## ')[0]
+    assert set(re.findall(r'`(CHAINERMN_[A-Z_]+)`', section)) == set(protocol.AGREED_VARIABLES)
