@@ -115,7 +115,7 @@ def installed():
 
 
 def on_import():
-    """Install what must precede MPI_Init, and what the user asked for at import (``chainermn_comm`` does this)."""
+    """Install what must precede MPI_Init and what the user asked for at import (``chainermn_comm`` calls it)."""
     from chainermn_comm import _slurm_pmi, global_except_hook
     install('MPICH netmod', lambda: _slurm_pmi.apply()[0])
 

@@ -93,7 +93,7 @@ def differences(everyone):
 
 
 def agree(mpi_comm, allreduce_grad_dtype=None):
-    """Check that every rank of ``mpi_comm`` has the same agreed settings; raise ValueError on every rank if not.
+    """Check that every rank of ``mpi_comm`` has the same agreed settings; else raise ValueError on every rank.
 
     Collective over ``mpi_comm`` (one ``allgather``); call it on every rank before anything that
     depends on the settings.

@@ -23,8 +23,9 @@ of one thread per core each (they stay in ``os.environ`` after ``finalize()``, f
 started later).  The first communicator of a process decides, whatever it spans: one on
 ``COMM_SELF`` or a ``Split`` counts the job's ranks on the node that it does not hold from the
 launcher's local size (:func:`launcher_local_size`); later ones (``split``) keep it.  A
-threadpoolctl limit set earlier is replaced (nothing tells it from the libraries' start).  "The same machine" is the kernel's boot id, so nodes made of namespaces on one machine
-and containers of one host count as the one machine whose CPUs they share.
+threadpoolctl limit set earlier is replaced (nothing tells it from the libraries' start).
+"The same machine" is the kernel's boot id, so nodes made of namespaces on one machine and
+containers of one host count as the one machine whose CPUs they share.
 
 Rank 0 logs once per job what the rule chose (``chainermn`` logger, jobs of more than one rank),
 and warns once (one line for the job) when ranks are oversubscribed: more ranks on a machine than
@@ -221,7 +222,8 @@ def oversubscription(facts):
                 mask |= facts[g].mask
             if r == group[0] and len(group) > _usable(facts[r], mask) and mask != union:
                 parts.append('ranks {} are bound to the same CPU{} ({})'.format(
-                    _ranges([_world(facts, g) for g in group]), 's' if bin(mask).count('1') > 1 else '', cpu_list(mask)))
+                    _ranges([_world(facts, g) for g in group]), 's' if bin(mask).count('1') > 1 else '',
+                    cpu_list(mask)))
         if parts:
             hosts = '/'.join(dict.fromkeys(facts[r].host for r in ranks))
             out.append('{} on {}'.format(', '.join(parts), hosts))
@@ -233,7 +235,7 @@ def _ranges(ranks):
 
 
 def _speaker(facts):
-    """Return the index in ``facts`` of the job's rank 0 (the communicator's rank 0 where the facts do not say)."""
+    """Return the index in ``facts`` of the job's rank 0 (the communicator's rank 0 if they do not say)."""
     return next((r for r, f in enumerate(facts) if f.world == 0), 0)
 
 

@@ -74,5 +74,5 @@ def _patch():
 
 
 def install():
-    """Wrap ``chainer.training.Trainer.run`` once, unless the process is left alone (see the module docstring)."""
+    """Wrap ``chainer.training.Trainer.run`` once, unless the process is left alone (module docstring)."""
     process.install('Trainer.run', _patch)
