@@ -11,7 +11,7 @@ import json
 import os
 import stat
 
-from chainermn_comm import protocol
+from chainermn_comm import launch_status
 from chainermn_comm.testing import run_mpi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,12 +90,12 @@ def test_launch_status_file_never_follows_or_reads_another_users_file(shared_dir
     d = shared_dir('launch')
     path = os.path.join(d, 'status.json')
     as_nobody(LINKS, secret, path)
-    protocol.LaunchStatusWriter(path).update(generation=3)
+    launch_status.LaunchStatusWriter(path).update(generation=3)
     st = os.lstat(path)
     assert stat.S_ISREG(st.st_mode) and st.st_uid == 0
-    assert protocol.read_launch_status(path) == {'generation': 3}
+    assert launch_status.read_launch_status(path) == {'generation': 3}
     theirs = os.path.join(d, 'theirs.json')
     as_nobody('import sys; open(sys.argv[1], "w").write(\'{"generation": 99}\')', theirs)
-    assert protocol.read_launch_status(theirs) == {}   # another user's file is not read
+    assert launch_status.read_launch_status(theirs) == {}   # another user's file is not read
     with open(secret, 'rb') as f:
         assert f.read() == b'root only'

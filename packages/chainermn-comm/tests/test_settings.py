@@ -79,6 +79,9 @@ def test_float():
     (protocol.UNRESPONSIVE_SECONDS_ENV, '-5', 'a number >= 1, or 0 for off'),
     (protocol.TRACE_EVENTS_ENV, '10', 'an integer from 1000 to 100000000'),
     (protocol.CHECK_FINITE_ENV, 'maybe', 'one of off, skip, raise'),
+    (protocol.THREADS_ENV, '99999999999999999999', 'an integer from 0 to 65536'),
+    (protocol.THREADS_ENV, '-1', 'an integer from 0 to 65536'),
+    (protocol.THREADS_CHOSEN_ENV, str(1 << 40), 'an integer from 1 to 65536'),
 ])
 def test_bounds_name_the_variable_and_what_it_takes(name, bad, takes):
     with pytest.raises(ValueError, match=r"^{}='{}' is not understood: it takes {} \(".format(
@@ -181,3 +184,43 @@ def test_good_environment_starts(tmp_path):
     script.write_text(SCRIPT)
     res = run_mpi([script], 2, timeout=60, env={protocol.CHECK_ENV: 'yes', protocol.DEBUG_ENV: 'off'})
     assert res.returncode == 0 and res.stdout.count('CREATED') == 2, res
+
+
+def test_out_of_range_threads_fail_at_start_up_on_every_rank(tmp_path):
+    """CHAINERMN_THREADS=99999999999999999999 used to be taken (threadpoolctl's OverflowError on every rank)."""
+    script = tmp_path / 'start.py'
+    script.write_text(SCRIPT)
+    res = run_mpi([script], 2, timeout=60, env={protocol.THREADS_ENV: '99999999999999999999'})
+    report = 'status {}\n--- stdout ---\n{}\n--- stderr ---\n{}'.format(res.returncode, res.stdout,
+                                                                        res.stderr)
+    assert not res.timed_out and res.returncode != 0 and 'CREATED' not in res.stdout, report
+    message = ("RANK-FAILED CHAINERMN_THREADS='99999999999999999999' is not understood: it takes an "
+               "integer from 0 to 65536")
+    assert res.stderr.count(message) == 2, report
+    assert 'OverflowError' not in res.stderr, report
+
+
+def _chainermn_imports(module):
+    """Return the chainermn_comm modules ``module``'s source imports (lazy imports included)."""
+    import ast
+    import inspect
+    found = set()
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('chainermn_comm'):
+            found.update('{}.{}'.format(node.module, a.name) if node.module == 'chainermn_comm' else node.module
+                         for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith('chainermn_comm'))
+    return found
+
+
+def test_protocol_settings_and_safe_files_import_no_circle():
+    """protocol: names only; settings reads protocol; safe_files uses both (the launch status file's
+    I/O lives in launch_status, above them)."""
+    from chainermn_comm import launch_status, safe_files
+    assert _chainermn_imports(protocol) == set()
+    assert _chainermn_imports(settings) == {'chainermn_comm.protocol'}
+    assert _chainermn_imports(safe_files) == {'chainermn_comm.protocol', 'chainermn_comm.settings'}
+    assert 'chainermn_comm.launch_status' not in _chainermn_imports(safe_files) | _chainermn_imports(settings)
+    assert _chainermn_imports(launch_status) == {'chainermn_comm.protocol', 'chainermn_comm.safe_files',
+                                                 'chainermn_comm.settings'}

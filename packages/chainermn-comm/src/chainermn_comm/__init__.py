@@ -1,6 +1,6 @@
 """chainermn-comm: ChainerMN communicators over MPI (CPU) and CuPy/NCCL (GPU)."""
 
-from chainermn_comm import _slurm_pmi, global_except_hook
+from chainermn_comm import global_except_hook, process
 from chainermn_comm._errors import CommunicationError, CommunicatorUnavailableError
 from chainermn_comm._factory import COMMUNICATOR_NAMES, CPUModeWarning, create_communicator
 from chainermn_comm._finalize import CommunicatorFinalizedError
@@ -14,6 +14,6 @@ __all__ = ['create_communicator', 'CommunicatorBase', 'MpiCommunicatorBase', 'Na
            'CPUModeWarning', 'COMMUNICATOR_NAMES', 'global_except_hook', '__version__']
 
 # No import above initialises MPI (mpi4py.MPI is imported lazily), so this still runs before
-# MPI_Init: under srun --mpi=pmi2 with the mpich wheel it selects the OFI netmod (docs/cluster.md, "Slurm").
-_slurm_pmi.apply()
-global_except_hook._add_hook_if_enabled()
+# MPI_Init: under srun --mpi=pmi2 with the mpich wheel it selects the OFI netmod (docs/cluster.md,
+# "Slurm"); and CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1 installs the abort hook (docs/process.md).
+process.on_import()

@@ -3,7 +3,7 @@
 import warnings
 
 from chainermn_comm import _gpu_support
-from chainermn_comm import settings, spelling, voice
+from chainermn_comm import process, same_settings, settings, spelling, voice
 
 __all__ = ['create_communicator', 'COMMUNICATOR_NAMES', 'CPUModeWarning']
 
@@ -68,9 +68,10 @@ def create_communicator(communicator_name=_DEFAULT, mpi_comm=None, allreduce_gra
             check()   # a bad name or setting is said before the missing MPI library
             raise
         mpi_comm = MPI.COMM_WORLD
-    voice.install()
+    process.on_communicator()   # the process-wide effects a communicator needs (docs/process.md)
     if callable(getattr(mpi_comm, 'allgather', None)) and callable(getattr(mpi_comm, 'Get_rank', None)):
         name = voice.together(mpi_comm, check, 'create_communicator')
+        same_settings.agree(mpi_comm, allreduce_grad_dtype)   # before anything that depends on them
     else:   # not an mpi4py communicator: the communicator's own check says so
         name = check()
     kwargs = dict(mpi_comm=mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype,

@@ -30,6 +30,7 @@ import pwd
 import stat
 import tempfile
 
+from chainermn_comm import settings
 from chainermn_comm.protocol import TRUST_SHARED_ENV
 
 __all__ = ['UntrustedPathError', 'TRUST_SHARED_ENV', 'atomic_write', 'write_bytes', 'write_text',
@@ -49,7 +50,6 @@ def shared_allowed(allow_shared=None):
     """Return whether shared (other-user) paths are trusted: ``allow_shared``, else the variable."""
     if allow_shared is not None:
         return bool(allow_shared)
-    from chainermn_comm import settings
     return bool(settings.read(TRUST_SHARED_ENV))
 
 

@@ -1,7 +1,9 @@
 """Chainer's ``Trainer.run`` the job's way: one report of an error, library lines outside the table.
 
 Installed the first time a multi-node optimizer, evaluator or checkpointer is created (a program
-that trains with chainermn); ``Trainer.run`` then works as before, with two differences:
+that trains with chainermn), through ``chainermn_comm.process`` (which lists it, and leaves it out
+when the process is left alone: ``CHAINERMN_PROCESS_WIDE=0``); ``Trainer.run`` then works as
+before, with two differences:
 
 - When its loop raises, Chainer prints ``Exception in main training loop``, the traceback and
   ``Will finalize ...`` on every rank before it finalizes the extensions (a finalizer may hang),
@@ -22,7 +24,7 @@ import functools
 import chainer
 from chainer.training import extensions as chainer_extensions
 
-from chainermn_comm import log, voice
+from chainermn_comm import log, process, voice
 
 __all__ = ['install', 'EXTENSION_NAME']
 
@@ -63,10 +65,14 @@ def _run(self, show_loop_exception_msg=True):
         return original(self, show_loop_exception_msg=False)
 
 
-def install():
-    """Wrap ``chainer.training.Trainer.run`` once (see the module docstring)."""
+def _patch():
     if _state['original'] is not None:
         return
     original = chainer.training.Trainer.run
     _state['original'] = original
     chainer.training.Trainer.run = functools.wraps(original)(_run)
+
+
+def install():
+    """Wrap ``chainer.training.Trainer.run`` once, unless the process is left alone (module docstring)."""
+    process.install('Trainer.run', _patch)

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _common  # noqa: E402
 
 import chainermn_train  # noqa: E402
-from chainermn_comm import protocol  # noqa: E402
+from chainermn_comm import launch_status, protocol  # noqa: E402
 from chainermn_comm.testing import shared_tmpdir  # noqa: E402
 from chainermn_train import _fingerprint  # noqa: E402
 
@@ -182,13 +182,13 @@ def test_launch_status_file(float32, monkeypatch):
         trainer.extend(ckpt, trigger=(1, 'iteration'))
         assert ckpt.maybe_load(trainer, updater.get_optimizer('main')) == generation
         if comm.rank == 0:
-            assert protocol.read_launch_status(status) == {'generation': generation}
+            assert launch_status.read_launch_status(status) == {'generation': generation}
         comm.mpi_comm.Barrier()
         if run == 1:
             ckpt.finalize = lambda: None   # keep the snapshots for the second run
         trainer.run()
         comm.mpi_comm.Barrier()
-        got = protocol.read_launch_status(status)
+        got = launch_status.read_launch_status(status)
         assert sorted(got) == ['first_iteration_wall', 'generation', 'iteration'], got
         assert got['generation'] == generation and got['iteration'] == stop, got
         assert isinstance(got['first_iteration_wall'], float), got

@@ -30,6 +30,7 @@ import atexit
 import threading
 import time
 
+from chainermn_comm import process
 from chainermn_comm.guard import exit_status
 from chainermn_comm.guard.report import describe_wait
 from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
@@ -57,7 +58,7 @@ def arm(guard):
         _guards.add(guard)
         if not _armed[0]:
             _armed[0] = True
-            exit_status.install()
+            process.install('sys.exit', exit_status.install)   # unless left alone (docs/process.md)
             atexit.register(_at_exit)
 
 

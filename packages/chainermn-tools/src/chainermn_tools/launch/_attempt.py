@@ -5,7 +5,8 @@ import sys
 import threading
 import time
 
-from chainermn_comm.protocol import LAUNCH_STATUS_ENV, read_launch_status
+from chainermn_comm.launch_status import read_launch_status
+from chainermn_comm.protocol import LAUNCH_STATUS_ENV
 from chainermn_tools.launch._hosts import kill_group, probe
 
 __all__ = ['Attempt', 'run_attempt', 'PROGRESS_ENV']

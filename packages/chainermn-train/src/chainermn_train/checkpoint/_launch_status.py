@@ -1,7 +1,7 @@
 """Tell ``python -m chainermn launch`` how far the job got, through the launch status file.
 
 When ``$CHAINERMN_LAUNCH_PROGRESS`` names a file, rank 0 keeps it up to date (a JSON object,
-replaced atomically; see ``chainermn_comm.protocol.LaunchStatusWriter``): ``generation`` after
+replaced atomically; see ``chainermn_comm.launch_status``): ``generation`` after
 loading (None when nothing was loaded), ``first_iteration_wall`` after the first iteration and
 ``iteration`` after every iteration (the launcher counts redone work).
 """
@@ -10,7 +10,7 @@ import time
 
 import chainer
 
-from chainermn_comm import protocol, settings
+from chainermn_comm import launch_status, protocol, settings
 
 __all__ = ['LaunchStatus']
 
@@ -22,7 +22,7 @@ class LaunchStatus:
 
     def __init__(self, comm):
         path = settings.read(protocol.LAUNCH_STATUS_ENV)
-        self._writer = protocol.LaunchStatusWriter(path) if path and comm.rank == 0 else None
+        self._writer = launch_status.LaunchStatusWriter(path) if path and comm.rank == 0 else None
 
     @property
     def active(self):

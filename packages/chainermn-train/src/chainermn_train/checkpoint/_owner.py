@@ -13,7 +13,7 @@ that job; a record of a dead job is taken over (and reported).  Alive means:
   of the owning process touches its record every :data:`HEARTBEAT_SECONDS`; a record untouched
   for :data:`STALE_SECONDS` belongs to a dead job;
 - but a record of an earlier attempt of the same launch (``python -m chainermn launch``, a Slurm
-  requeue: ``chainermn_comm.protocol.launch_attempt``) is dead at once, on any host, since a
+  requeue: ``chainermn_comm.launch_status.launch_attempt``) is dead at once, on any host, since a
   launcher starts an attempt only once the one before has ended.
 
 Records are written through ``chainermn_comm.safe_files`` and read only when trusted.
@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 
-from chainermn_comm import protocol, safe_files
+from chainermn_comm import launch_status, safe_files
 
 __all__ = ['HEARTBEAT_SECONDS', 'STALE_SECONDS', 'record_path', 'identity', 'claim', 'check',
            'release', 'describe']
@@ -65,7 +65,7 @@ def _start_ticks(pid):
 def identity():
     """Return what identifies this process: host, boot, PID namespace, pid and its start time.
 
-    Also the launcher's attempt (``protocol.launch_attempt``) when a launcher restarts the job.
+    Also the launcher's attempt (``launch_status.launch_attempt``) when a launcher restarts the job.
     """
     try:
         pidns = os.readlink('/proc/self/ns/pid')
@@ -74,7 +74,7 @@ def identity():
     pid = os.getpid()
     return {'host': socket.gethostname(), 'boot': _read_first_line('/proc/sys/kernel/random/boot_id'),
             'pidns': pidns, 'pid': pid, 'pid_start': _start_ticks(pid),
-            'attempt': protocol.launch_attempt()}
+            'attempt': launch_status.launch_attempt()}
 
 
 def _same_machine(rec, me):
