@@ -192,3 +192,26 @@ def test_bn_impl_selector_normalizes_over_the_global_batch():
 def test_testing_get_device():
     from chainermn.testing import get_device
     assert get_device() is not None and str(get_device()) == '@numpy'
+
+
+def test_v7_snapshot_test_module_paths_and_smoke():
+    # Chainer v7's extensions_tests/test_multi_node_snapshot.py imports this private path.
+    from unittest import mock
+
+    from chainer.training import extensions
+    from chainermn.extensions import _multi_node_snapshot, multi_node_snapshot
+    assert _multi_node_snapshot._parse_replica_sets([0, 1], 4) == [{0}, {1}, {2, 3}]
+    assert _multi_node_snapshot._parse_replica_sets([range(0, 16, 2)], 16) == [set(range(0, 16, 2)),
+                                                                            set(range(1, 16, 2))]
+    assert _multi_node_snapshot.multi_node_snapshot is multi_node_snapshot
+    condition, writer = mock.MagicMock(side_effect=[True, False]), mock.MagicMock()
+    snapshot = extensions.snapshot(target=mock.MagicMock(), condition=condition, writer=writer)
+    trainer = mock.MagicMock()
+    comm = chainermn.create_communicator('naive')
+    ext = multi_node_snapshot(comm, snapshot, [])
+    ext.initialize(trainer)
+    ext(trainer)
+    ext(trainer)
+    ext.finalize()
+    assert (condition.call_count, writer.call_count) == ((2, 1) if RANK == 0 else (0, 0))
+    assert comm.allreduce_obj(1) == SIZE
