@@ -215,3 +215,40 @@ def test_v7_snapshot_test_module_paths_and_smoke():
     ext.finalize()
     assert (condition.call_count, writer.call_count) == ((2, 1) if RANK == 0 else (0, 0))
     assert comm.allreduce_obj(1) == SIZE
+
+
+#: The abstract methods of v7's ``CommunicatorBase``: what a v7 user's own communicator defines.
+V7_ABSTRACT = ('allgather', 'allreduce', 'allreduce_obj', 'alltoall', 'bcast', 'bcast_data', 'bcast_obj',
+               'gather', 'gather_obj', 'multi_node_mean_grad', 'recv', 'recv_obj', 'scatter', 'send',
+               'send_obj', 'split')
+
+
+def _v7_style_communicator(inner, calls):
+    """A communicator written against v7's ``CommunicatorBase``: v7's abstract methods (delegated
+    to ``inner``), its rank and size; nothing else."""
+    def delegate(name):
+        return lambda self, *args, **kwargs: getattr(inner, name)(*args, **kwargs)
+
+    body = {name: delegate(name) for name in V7_ABSTRACT}
+    body.update(rank=property(lambda self: inner.rank), size=property(lambda self: inner.size))
+
+    def multi_node_mean_grad(self, model, zero_fill=False):
+        calls.append(zero_fill)
+        inner.multi_node_mean_grad(model, zero_fill)
+
+    body['multi_node_mean_grad'] = multi_node_mean_grad
+    return type('V7StyleCommunicator', (CommunicatorBase,), body)()
+
+
+@pytest.mark.skipif('allreduce_grad' in CommunicatorBase.__abstractmethods__,
+                    reason='CommunicatorBase still requires allreduce_grad (issue 50: multi_node_mean_grad '
+                           'becomes the method a communicator implements)')
+def test_v7_style_subclass_of_communicator_base_trains():
+    calls = []
+    comm = _v7_style_communicator(NaiveCommunicator(WORLD), calls)
+    assert isinstance(comm, CommunicatorBase) and comm.size == SIZE
+    assert comm.allgather_obj(RANK) == list(range(SIZE))   # the base's default, from v7's methods
+    with pytest.raises(NotImplementedError, match='V7StyleCommunicator does not define intra_rank'):
+        comm.intra_rank  # noqa: B018
+    w, b = _train_once(comm)
+    assert calls and w == pytest.approx([-0.1 * (SIZE + 1)] * 3) and b == pytest.approx([-0.2])
