@@ -48,7 +48,8 @@ def _check(name, named):
         if _gpu_support.gpu_available():
             name = DEFAULT_NAME
         else:   # the documented default on CPUs: no warning (issue 54), a debug line only
-            log.get_logger('comm').debug('create_communicator(): %s; using naive', _gpu_support.cupy_status()[1])
+            log.get_logger('comm').debug('create_communicator(): %s; using naive',
+                                         _gpu_support.cupy_status()[1])
             return 'naive'
     if not isinstance(name, str) or name not in COMMUNICATOR_NAMES + _HIDDEN_NAMES:
         raise ValueError('unknown communicator name {!r}.{} Valid names are: {} (or None for the '
