@@ -134,7 +134,7 @@ def test_quickstart_reports_once_and_resumes_after_a_kill(tmp_path):
     last_row = max(i for i, line in enumerate(lines) if ROW.match(line))
     foreign = [line for line in lines[header[0] + 1:last_row] if not TABLE_LINE.match(line)]
     assert foreign == [], (foreign, report)
-    assert sum('CPUModeWarning' in line for line in lines) == 1, report
+    assert sum('CPUModeWarning' in line for line in lines) == 0, report   # quiet default (issue 54)
     # The thread pools (said at the communicator's creation, by rank 0 only): before the table.
     crowded = bool(threads.oversubscription([threads.local_facts()] * 3))   # 3 ranks on this machine
     for said, times in (('BLAS and OpenMP threads: ', 1), ('oversubscribed: ', int(crowded)),

@@ -88,6 +88,21 @@ def test_every_sdist_holds_no_path(built):
                 assert not (isinstance(spec, dict) and ('path' in spec or 'url' in spec)), (sdist, dep)
 
 
+def test_every_source_module_is_in_its_wheel(built):
+    # v7's module paths in the meta-package (docs/compat.md) and the modules behind them.
+    for package in PACKAGES:
+        src = os.path.join(ROOT, 'packages', package, 'src')
+        want = {os.path.relpath(os.path.join(d, f), src).replace(os.sep, '/')
+                for d, _, files in os.walk(src) for f in files if f.endswith('.py')}
+        if package == 'chainermn':   # our chainermn lives under _chainermn_meta/ (README: precedence)
+            want = {n if not n.startswith('chainermn/') else '_chainermn_meta/' + n for n in want}
+        wheel = next(w for w in built['wheels'] if os.path.basename(w).startswith(_DIST[package] + '-'))
+        with zipfile.ZipFile(wheel) as zf:
+            missing = want - set(zf.namelist())
+        assert not missing, (package, sorted(missing))
+    assert '_chainermn_meta/chainermn/communicators/communicator_base.py' in want
+
+
 def test_meta_wheel_requires_the_libraries_and_the_tools(built):
     meta = next(w for w in built['wheels'] if os.path.basename(w).startswith('chainermn-'))
     requires = sorted(_requires(_wheel_metadata(meta)))

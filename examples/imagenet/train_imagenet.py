@@ -164,8 +164,7 @@ def main(argv=None):
     p.join()
 
     chainermn.global_except_hook.add_hook()
-    comm = (chainermn.create_communicator() if args.communicator is None
-            else chainermn.create_communicator(args.communicator))
+    comm = chainermn.create_communicator(args.communicator)   # None: the default
     device = comm.intra_rank if args.gpu else -1
     if device >= 0:
         chainer.cuda.get_device_from_id(device).use()

@@ -77,8 +77,7 @@ def parse_args(argv=None):
     parser.add_argument('--checkpoint-interval', type=int, default=5,
                         help='iterations between two snapshots (default 5)')
     parser.add_argument('--communicator', type=str, default=None,
-                        help='communicator name (default: hierarchical; on CPU it falls back to '
-                             'naive with a warning)')
+                        help='communicator name (default: hierarchical, or naive on CPUs)')
     parser.add_argument('--dataset', choices=('digits', 'mnist'), default='digits',
                         help='digits: scikit-learn 8x8 digits (bundled); mnist: cached MNIST files')
     parser.add_argument('--epoch', '-e', type=int, default=10,
@@ -95,11 +94,8 @@ def main(argv=None):
     # An uncaught exception on one rank ends the whole job instead of hanging the others.
     chainermn.global_except_hook.add_hook()
 
-    # Step 1: a communicator (no name: hierarchical, or naive on a CPU-only machine) ...
-    if args.communicator is None:
-        comm = chainermn.create_communicator()
-    else:
-        comm = chainermn.create_communicator(args.communicator)
+    # Step 1: a communicator (None: hierarchical, or naive on a CPU-only machine) ...
+    comm = chainermn.create_communicator(args.communicator)
     device = -1
     if args.gpu:
         device = comm.intra_rank  # one GPU per rank on each node

@@ -4,7 +4,7 @@ import functools
 
 import numpy
 
-from chainermn_comm import _arrays, _finalize, _topology, threads, trace
+from chainermn_comm import _arrays, _factory, _finalize, _topology, threads, trace
 from chainermn_comm.reduce import dtypes as _dtypes
 from chainermn_comm.reduce import node_shared as _shm_reduce
 from chainermn_comm.reduce import wire as _wire
@@ -37,10 +37,11 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
     name = 'mpi'
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None, batched_copy=False, timeout=None):
+        # The set-up create_communicator runs (settings and name checked on every rank together,
+        # the job's voice): a direct constructor, as v7's code calls it, gets the same communicator.
+        mpi_comm = _factory.set_up_for(type(self), mpi_comm, allreduce_grad_dtype)
         from mpi4py import MPI
         from mpi4py.util import pkl5
-        if mpi_comm is None:
-            mpi_comm = MPI.COMM_WORLD
         if not isinstance(mpi_comm, MPI.Intracomm):
             raise TypeError('mpi_comm must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD); '
                             'got {}'.format(type(mpi_comm).__name__))
@@ -422,7 +423,8 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
             new = self._mpi_comm.Split(color, key)
         if new == MPI.COMM_NULL:  # color=MPI.UNDEFINED: this rank is in no new communicator
             return None
-        sub = type(self)(mpi_comm=new, **self._init_kwargs)
+        with _factory.already_set_up(new):   # this communicator's set-up holds for its parts
+            sub = type(self)(mpi_comm=new, **self._init_kwargs)
         sub._owns_mpi_comm = True
         return sub
 

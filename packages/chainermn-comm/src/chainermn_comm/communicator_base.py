@@ -18,41 +18,46 @@ class CommunicatorBase(abc.ABC):
     from outside the job.
     """
 
-    # -- topology ---------------------------------------------------------
+    # -- topology: properties a communicator defines (as in v7 none is abstract: a communicator of
+    # the user's own that lacks one raises when it is read) ----------------------------------
+    def _undefined(self, what):
+        return NotImplementedError('{} does not define {}; a communicator class defines its '
+                                   'topology properties'.format(type(self).__name__, what))
+
     @property
-    @abc.abstractmethod
     def rank(self):
         """Rank (process id in the cluster) of this process."""
+        raise self._undefined('rank')
 
     @property
-    @abc.abstractmethod
     def size(self):
         """Number of processes of the cluster."""
+        raise self._undefined('size')
 
     @property
-    @abc.abstractmethod
     def intra_rank(self):
         """Intra rank (process id in the machine) of this process."""
+        raise self._undefined('intra_rank')
 
     @property
-    @abc.abstractmethod
     def intra_size(self):
         """Number of processes on this machine."""
+        raise self._undefined('intra_size')
 
     @property
-    @abc.abstractmethod
     def inter_rank(self):
         """The rank of this node in the cluster."""
+        raise self._undefined('inter_rank')
 
     @property
-    @abc.abstractmethod
     def inter_size(self):
         """Number of nodes that participate in the cluster."""
+        raise self._undefined('inter_size')
 
     @property
-    @abc.abstractmethod
     def mpi_comm(self):
         """The underlying mpi4py communicator."""
+        raise self._undefined('mpi_comm')
 
     # -- ndarray / object methods, in the reference's order ---------------
     @abc.abstractmethod
@@ -102,6 +107,10 @@ class CommunicatorBase(abc.ABC):
     @abc.abstractmethod
     def gather_obj(self, obj, root=0):
         """Gather picklable objects of all processes to ``root``."""
+
+    def allgather_obj(self, obj):
+        """Gather a picklable object of every process on every process (a list; here gather + bcast)."""
+        return self.bcast_obj(self.gather_obj(obj))
 
     @abc.abstractmethod
     def allreduce_obj(self, obj):

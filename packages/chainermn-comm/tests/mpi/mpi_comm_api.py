@@ -56,9 +56,10 @@ def test_create_communicator_signature():
     sig = inspect.signature(chainermn_comm.create_communicator)
     assert list(sig.parameters) == ['communicator_name', 'mpi_comm', 'allreduce_grad_dtype',
                                     'batched_copy', 'timeout']
-    assert str(sig) == ("(communicator_name='hierarchical', mpi_comm=None, allreduce_grad_dtype=None, "
+    # None is the default (hierarchical with a GPU, else naive): an argparse default works (issue 54).
+    assert str(sig) == ("(communicator_name=None, mpi_comm=None, allreduce_grad_dtype=None, "
                         "batched_copy=False, timeout=None)")
-    assert sig.parameters['communicator_name'].default == 'hierarchical'
+    assert sig.parameters['communicator_name'].default is None
 
 
 def test_communicator_names():
@@ -67,7 +68,7 @@ def test_communicator_names():
 
 
 def test_unknown_name_lists_valid_names():
-    for bad in ('nonexistent', '', None, 3, 'NAIVE'):
+    for bad in ('nonexistent', '', 3, 'NAIVE'):   # (None is the default: issue 54)
         err = expect_everywhere(ValueError, lambda: chainermn_comm.create_communicator(bad))
         for name in chainermn_comm.COMMUNICATOR_NAMES:
             assert name in str(err)
@@ -100,18 +101,14 @@ def test_gpu_names_unavailable_on_cpu(name):
 
 
 @pytest.mark.skipif(_gpu_support.gpu_available(), reason='a GPU is available here')
-def test_default_falls_back_to_naive_with_warning():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        c = chainermn_comm.create_communicator()
-    assert isinstance(c, chainermn_comm.NaiveCommunicator)
-    ws = [w for w in caught if issubclass(w.category, chainermn_comm.CPUModeWarning)]
-    if MPI.COMM_WORLD.Get_rank() != 0:   # one warning for the job: rank 0 shows it
-        assert ws == [], [str(w.message) for w in caught]
-        return
-    assert len(ws) == 1, [str(w.message) for w in caught]
-    assert 'naive' in str(ws[0].message) and '\n' not in str(ws[0].message)
-    assert c.size == MPI.COMM_WORLD.Get_size()
+def test_default_falls_back_to_naive_quietly():
+    for args in ((), (None,)):   # None: an argparse default means the default (issue 54)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            c = chainermn_comm.create_communicator(*args)
+        assert isinstance(c, chainermn_comm.NaiveCommunicator)
+        assert [str(w.message) for w in caught] == []
+        assert c.size == MPI.COMM_WORLD.Get_size()
 
 
 def test_naive_by_name_does_not_warn():

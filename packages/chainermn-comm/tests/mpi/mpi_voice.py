@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import chainermn_comm
-from chainermn_comm import _gpu_support, voice
+from chainermn_comm import _gpu_support, settings, voice
 
 RANK, SIZE = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 LAST = SIZE - 1
@@ -23,16 +23,17 @@ def _create(**kwargs):
 
 
 @pytest.mark.skipif(_gpu_support.gpu_available(), reason='a GPU is available here')
-def test_cpu_mode_warning_once_and_errors_on_every_rank():
-    comm, caught, error = _create()
-    assert error is None and isinstance(comm, chainermn_comm.NaiveCommunicator)
-    got = [str(w.message) for w in caught if issubclass(w.category, chainermn_comm.CPUModeWarning)]
-    assert got == (['using naive communicator because only naive supports CPU-only execution']
-                   if RANK == 0 else []), got
-    # An 'error' filter turns it into an error on every rank, at the same point.
+def test_default_on_cpus_is_quiet_and_errors_on_every_rank(monkeypatch):
+    # The documented default (issue 54): no name, or None (an argparse default), is naive on CPUs.
+    for kwargs in ({}, {'communicator_name': None}):
+        comm, caught, error = _create(**kwargs)
+        assert error is None and isinstance(comm, chainermn_comm.NaiveCommunicator)
+        assert [str(w.message) for w in caught] == []
+    # A warning of the set-up under an 'error' filter is an error on every rank, at the same point.
+    monkeypatch.setenv('CHAINERMN_TIMOUT', '5')
     with warnings.catch_warnings():
-        warnings.simplefilter('error', chainermn_comm.CPUModeWarning)
-        with pytest.raises(chainermn_comm.CPUModeWarning) as e:
+        warnings.simplefilter('error', settings.UnknownVariableWarning)
+        with pytest.raises(settings.UnknownVariableWarning) as e:
             chainermn_comm.create_communicator()
     assert voice.reporter_of(e.value) == 0
 

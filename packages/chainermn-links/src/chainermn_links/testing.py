@@ -1,10 +1,10 @@
-"""Numeric gradient check for functions whose outputs depend on inputs of several ranks."""
+"""Test helpers: a numeric gradient check across ranks, and v7's ``get_device``."""
 
 import chainer
 import chainer.functions as F
 import numpy
 
-__all__ = ['check_backward_across_ranks']
+__all__ = ['check_backward_across_ranks', 'get_device']
 
 
 def _as_tuple(y):
@@ -59,3 +59,14 @@ def check_backward_across_ranks(comm, func, inputs, seed=0, eps=1e-5, atol=1e-6,
                         'rank {}: gradient of input {} element {}: backward gave {!r}, numeric {!r}'.format(
                             comm.rank, k, i, got, numeric))
     return analytic
+
+
+def get_device(device_id=None, use_chainerx=False):
+    """Return the Chainer device a test runs on (v7's ``chainermn.testing.get_device``).
+
+    ``device_id`` None: NumPy (ChainerX's ``native:0`` with ``use_chainerx``); an int: that GPU
+    through CuPy (ChainerX's ``cuda:N``).
+    """
+    if device_id is None:
+        return chainer.get_device('native:0' if use_chainerx else '@numpy')
+    return chainer.get_device(('cuda:{}' if use_chainerx else '@cupy:{}').format(int(device_id)))

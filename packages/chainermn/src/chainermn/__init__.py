@@ -23,9 +23,13 @@ _LAZY_NAMES = {
     'create_multi_node_evaluator': 'chainermn_train',
     'create_multi_node_checkpointer': 'chainermn_train',
     'create_multi_node_checkpoint': 'chainermn_train',
+    'scatter_index': 'chainermn_data.scatter_index',
+    'DataSizeError': 'chainermn_data.scatter_index',
 }
 #: Documented submodules, imported on first attribute access (``import chainermn.links`` also works).
-_SUBMODULES = ('datasets', 'extensions', 'functions', 'hooks', 'iterators', 'links')
+#: v7's module paths below these are thin re-exports too (docs/compat.md).
+_SUBMODULES = ('datasets', 'extensions', 'functions', 'hooks', 'iterators', 'links', 'nccl',
+               'optimizers', 'testing')
 
 # ``chainermn.cluster``, ``.doctor``, ``.launch``, ``.slurm``: chainermn-tools, on first import.
 _tools.install()

@@ -15,10 +15,10 @@ The public names are re-exported by :mod:`chainermn_train.extensions` (and ``cha
 from chainermn_train.checkpoint._checkpointer import (MultiNodeCheckpointer,
                                                       create_multi_node_checkpoint,
                                                       create_multi_node_checkpointer)
-from chainermn_train.checkpoint._multi_node_snapshot import multi_node_snapshot
+from chainermn_train.checkpoint._multi_node_snapshot import multi_node_snapshot, parse_replica_sets
 from chainermn_train.checkpoint._policy import (CheckpointInUseError, CheckpointWarning,
                                                 SnapshotUnusableError, UnsafeCheckpointError)
 
 __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',
            'CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError',
-           'CheckpointInUseError', 'multi_node_snapshot']
+           'CheckpointInUseError', 'multi_node_snapshot', 'parse_replica_sets']

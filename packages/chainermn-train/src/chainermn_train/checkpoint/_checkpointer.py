@@ -48,7 +48,6 @@ import chainer
 import numpy
 
 from chainermn_comm import safe_files, trace, voice
-from chainermn_comm.engine import fail_together
 
 from chainermn_train import _fingerprint, _trainer_run
 from chainermn_train.checkpoint import (_generations, _launch_status, _lineage, _load, _made, _owner,
@@ -197,10 +196,14 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return problem
 
     def _ensure_ready(self):
-        """Before a save (not a collective): fail together unless this rank can write."""
+        """Before a save (not a collective): raise here, on this rank only, unless it can write.
+
+        The other ranks are not in a collective call with this one (each saves on its own), so
+        the error is never answered with one: the job ends through the rules for a rank that leaves.
+        """
         problem = self._readiness_problem()
         if problem is not None:
-            fail_together(self.comm, 'checkpoint save', problem)
+            raise problem
 
     def _release(self):
         _owner.release(self.path, self.name, self.comm.rank, self._token, self.allow_shared)

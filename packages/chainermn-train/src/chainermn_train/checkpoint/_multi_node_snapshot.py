@@ -20,7 +20,6 @@ from chainer.training import extension
 from chainer.training.extensions import snapshot_writers
 
 from chainermn_comm import safe_files, trace
-from chainermn_comm.engine import fail_together
 
 from chainermn_train.checkpoint import _policy, _resize, _safe_npz
 
@@ -78,6 +77,9 @@ class SafeWriter(snapshot_writers.Writer):
     """Chainer snapshot writer that writes pickle-free npz through ``chainermn_comm.safe_files``."""
 
     def __call__(self, filename, outdir, target):
+        # Only the writing rank gets here, so a directory it cannot make or trust is its own error:
+        # raised here (the job then ends through the rules for a rank that leaves), no collective.
+        safe_files.make_directory(outdir, 'snapshot directory')
         with safe_files.atomic_write(os.path.join(outdir, filename)) as f:
             _safe_npz.write(f, target)
         self._post_save()
@@ -183,11 +185,9 @@ class _MultiNodeSnapshot(extension.Extension):
                 serializers.NpzDeserializer(state).load(target)
 
     def __call__(self, trainer):
+        # Not a collective: only masters write. Chainer's ``snapshot`` decides whether to write
+        # (its condition) and its writer touches ``trainer.out`` only then (SafeWriter checks it).
         if self.is_master:
-            try:
-                safe_files.make_directory(trainer.out, 'snapshot directory')
-            except OSError as e:
-                fail_together(self.comm, 'multi_node_snapshot', e)
             with trace.span('snapshot', 'io'):
                 self.snapshot(trainer)
 

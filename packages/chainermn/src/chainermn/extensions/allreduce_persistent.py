@@ -1,0 +1,5 @@
+"""``chainermn.extensions.allreduce_persistent`` (v7's path): ``AllreducePersistent``."""
+
+from chainermn_train.extensions import AllreducePersistent
+
+__all__ = ['AllreducePersistent']

@@ -1,0 +1,5 @@
+"""``chainermn.extensions.observation_aggregator`` (v7's path): ``ObservationAggregator``."""
+
+from chainermn_train.extensions import ObservationAggregator
+
+__all__ = ['ObservationAggregator']
