@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from chainermn_comm.guard import departure, exit_status, report
+from chainermn_comm.guard.call import Call
 from chainermn_comm.guard.side_channel import SideChannel
 from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
 
@@ -17,7 +18,7 @@ def notice(rank=1, collectives=20, failed=False, status=3, why='exited with stat
 
 def call(name='allreduce', number=21, start=0.0, **info):
     sig = (('shape', (4,)), ('dtype', '<f4'), ('op', 'sum')) if number else ()
-    return (name, 30, sig, start, info, number)
+    return Call.record(name, 30, sig, info, number, start)
 
 
 @pytest.mark.parametrize('number,done,failed,blocks', [
@@ -125,11 +126,11 @@ def _answer(call, number, collectives, host='h2', pid=77):
 
 
 def test_the_stall_report_says_what_to_do():
-    text = report.format_stall_report(
+    text = report.format_stall_report(report.Stall(
         0, 4, 'h0', 'call #5 allreduce()', 61, 5,
         {1: _answer('call #5 allreduce()', 5, 5, 'h1'), 2: _answer(None, 0, 4)}, 1800,
         'CHAINERMN_STALL_SECONDS', 'CHAINERMN_TIMEOUT', departed={}, unresponsive=240,
-        unresponsive_env='CHAINERMN_UNRESPONSIVE_SECONDS')
+        unresponsive_env='CHAINERMN_UNRESPONSIVE_SECONDS'))
     assert ('***   ranks that have not reached it: rank 2 (host h2): last entered collective call #4, '
             'now not inside a chainermn call') in text
     assert '***   ranks that did not answer within 5 s' in text and 'rank 3' in text
@@ -143,10 +144,10 @@ def test_the_stall_report_says_what_to_do():
 
 
 def test_the_stall_report_names_ranks_that_ended():
-    text = report.format_stall_report(
+    text = report.format_stall_report(report.Stall(
         0, 2, 'h0', 'call #5 allreduce()', 61, 5, {}, 0, 'CHAINERMN_STALL_SECONDS', 'CHAINERMN_TIMEOUT',
         departed={1: notice(collectives=5, status=0, why='ended (its program returned)')},
-        unresponsive=0)
+        unresponsive=0))
     assert '***   ranks that ended: rank 1 (host h1) ended (its program returned) at collective call #5' in text
     assert 'the watchdog is off' in text and 'did not answer' not in text
 

@@ -117,7 +117,7 @@ def add_hook():
     _state['threading'] = threading.excepthook
     sys.excepthook = _sys_hook
     threading.excepthook = _thread_hook
-    exit_status.install()
+    exit_status.install(abort=abort_on_exit_status)
     if not _state['atexit']:
         _state['atexit'] = True
         atexit.register(_at_exit)

@@ -173,8 +173,8 @@ class Agreement:
     # -- default mode: one small exchange -----------------------------------------------------
     def _check_fingerprint(self, cur, key, payload, collective_seq, since):
         if key is None:
-            key = stable_key(comparable(resolve(cur[2])))
-        fp = hash((stable_code(cur[0]), key)) & _FP_MASK
+            key = stable_key(comparable(resolve(cur.sig)))
+        fp = hash((stable_code(cur.name), key)) & _FP_MASK
         if self._records is not None:
             return self._check_gathered(cur, fp, payload, collective_seq, since)
         h = self._header
@@ -203,8 +203,8 @@ class Agreement:
         if rec.all_fp.tolist().count(fp) != self.size:
             self._raise_from(self._gather_calls(cur, self.mpi_comm, collective_seq),
                              'the next collective call')
-        if self.detector is not None and cur[0] in straggler.GRAD_CALLS:
-            self.detector.observe(rec.all_since.tolist(), cur[3])
+        if self.detector is not None and cur.name in straggler.GRAD_CALLS:
+            self.detector.observe(rec.all_since.tolist(), cur.start)
         return None if views is None else views[1]
 
     # -- debug mode: gather every signature ---------------------------------------------------
@@ -219,7 +219,7 @@ class Agreement:
         self._raise_from(everyone, 'the next collective call (CHAINERMN_DEBUG=1)')
 
     def _gather_calls(self, cur, comm, collective_seq):
-        name, sig = cur[0], cur[2]
+        name, sig = cur.name, cur.sig
         return comm.allgather((name, tuple(resolve(sig)), collective_seq, self.host))
 
     def _raise_from(self, everyone, what):

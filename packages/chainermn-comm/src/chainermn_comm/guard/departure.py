@@ -32,6 +32,7 @@ import time
 
 from chainermn_comm.guard import exit_status
 from chainermn_comm.guard.report import describe_wait
+from chainermn_comm.guard.side_channel import mpi_lock
 from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
 
 __all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'P2P_GRACE', 'DEFER', 'NOTICE_WAIT']
@@ -81,12 +82,11 @@ def leave(guard, why, status=None):
 
 def _send(guard, why, status):
     """Send ``guard``'s notice to every other rank that has not left (once); return whether it did."""
-    from chainermn_comm.guard import watchdog
     watch = guard.watch
     if watch.left or watch.side is None or not guard.config.exit_notice:
         return False
     watch.left = True
-    with watchdog.mpi_lock():
+    with mpi_lock():
         side = watch.side
         if side is None or _finalized():
             return False
@@ -106,13 +106,12 @@ def _take_notices(guards):
     answer each other with their notices.  Only a rank that no longer serves its channel (frozen,
     or in ``MPI_Finalize`` already) leaves this rank waiting the whole ``NOTICE_WAIT``.
     """
-    from chainermn_comm.guard import watchdog
     deadline = time.monotonic() + NOTICE_WAIT
     pending = list(guards)
     pause = 0.001
     while pending and time.monotonic() < deadline:
         left = []
-        with watchdog.mpi_lock():
+        with mpi_lock():
             for g in pending:
                 side = g.watch.side
                 if side is None or _finalized():
@@ -141,8 +140,7 @@ def _at_exit():
         if _finalized():
             return
         status, why = exit_status.leaving()
-        from chainermn_comm import global_except_hook
-        if exit_status.exit_called() and global_except_hook.abort_on_exit_status(status):
+        if exit_status.exit_called() and exit_status.abort_for(status):
             return
         with _lock:
             guards = list(_guards)
@@ -161,14 +159,14 @@ def blocking(cur, departed, now):
     collectives, or inside this one.  A point-to-point call waits for its peer only, which may
     have sent before it left: it gets ``P2P_GRACE`` seconds.
     """
-    number, info = cur[5], cur[4]
+    number, info = cur.number, cur.info
     for peer, (notice, seen) in sorted(departed.items()):
         if number:
             done = notice['collectives']
             if number > done or (number == done and notice['failed']):
                 return peer, notice
         elif peer in (info.get('source'), info.get('dest')) and \
-                now - max(seen, cur[3]) >= P2P_GRACE:
+                now - max(seen, cur.start) >= P2P_GRACE:
             return peer, notice
     return None
 

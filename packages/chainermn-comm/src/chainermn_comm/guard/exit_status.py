@@ -10,10 +10,11 @@ program that returned.
 import sys
 import threading
 
-__all__ = ['install', 'leaving', 'exit_called', 'status_of']
+__all__ = ['install', 'leaving', 'exit_called', 'status_of', 'abort_for']
 
 _lock = threading.Lock()
-_state = {'original': None, 'code': None, 'called': False}
+#: ``abort``: what ends the job at exit after a non-zero ``sys.exit`` (the global except hook's).
+_state = {'original': None, 'code': None, 'called': False, 'abort': None}
 
 
 def status_of(code):
@@ -34,12 +35,24 @@ def _exit(status=None):
     return _state['original'](status)
 
 
-def install():
-    """Wrap ``sys.exit`` once, so that :func:`leaving` knows the status of a ``sys.exit(n)``."""
+def install(abort=None):
+    """Wrap ``sys.exit`` once, so that :func:`leaving` knows the status of a ``sys.exit(n)``.
+
+    ``abort(status)``: ends the job at exit after a ``sys.exit`` with that status and returns
+    True, or returns False (:func:`chainermn_comm.global_except_hook.abort_on_exit_status`).
+    """
     with _lock:
+        if abort is not None:
+            _state['abort'] = abort
         if _state['original'] is None and sys.exit is not _exit:
             _state['original'] = sys.exit
             sys.exit = _exit
+
+
+def abort_for(status):
+    """At exit after ``sys.exit(status)``: end the job the installed way and return True, else False."""
+    abort = _state['abort']
+    return bool(abort is not None and abort(status))
 
 
 def exit_called():

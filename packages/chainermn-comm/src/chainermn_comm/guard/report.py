@@ -1,9 +1,11 @@
 """The texts of the guard: call descriptions, the disagreement error, the stall and watchdog reports."""
 
+import dataclasses
+
 from chainermn_comm.guard.side_channel import ANSWER_WAIT
 
 __all__ = ['INVALID_INPUT', 'EXIT_CALL', 'DISAGREEMENT_HINT', 'describe', 'describe_wait', 'fmt_call',
-           'short', 'disagreement_message', 'first_difference', 'format_stall_report',
+           'short', 'disagreement_message', 'first_difference', 'Stall', 'format_stall_report',
            'watchdog_message', 'unresponsive_line']
 
 #: Signature key of a call whose arguments are invalid on this rank (the value says why).
@@ -45,8 +47,8 @@ def fmt_call(name, sig):
 
 def describe(cur):
     """Return a one-line description of the call ``cur``: name, sequence number, sig and info."""
-    name, seq, sig, _, info = cur[:5]
-    details = 'call #{} {}'.format(seq, fmt_call(name, resolve(sig)))
+    info = cur.info
+    details = 'call #{} {}'.format(cur.seq, fmt_call(cur.name, resolve(cur.sig)))
     if info:
         details += ' [' + ', '.join('{}={}'.format(k, short(v)) for k, v in sorted(info.items())) + ']'
     return details
@@ -54,8 +56,8 @@ def describe(cur):
 
 def describe_wait(cur):
     """Return the call ``cur`` as the ranks number it: 'collective call #N name(...)' or 'call #S ...'."""
-    if cur[5]:
-        return 'collective call #{} {}'.format(cur[5], fmt_call(cur[0], resolve(cur[2])))
+    if cur.number:
+        return 'collective call #{} {}'.format(cur.number, fmt_call(cur.name, resolve(cur.sig)))
     return describe(cur)
 
 
@@ -167,23 +169,46 @@ def _now(a):
     return 'now in ' + a['call'] if a['call'] else 'now not inside a chainermn call'
 
 
-def format_stall_report(rank, size, host, call, elapsed, number, answers, timeout, stall_env,
-                        timeout_env, why_no_answers='', departed=None, unresponsive=0.0,
-                        unresponsive_env='CHAINERMN_UNRESPONSIVE_SECONDS'):
-    """Return the stall report of a rank whose ``call`` (collective ``number``, or 0) has waited.
+@dataclasses.dataclass
+class Stall:
+    """What a stall report shows: rank ``rank`` of ``size`` (host ``host``) has waited ``elapsed``
+    seconds in ``call`` (described), its collective ``number`` (0: point-to-point).
 
-    ``answers``: rank -> progress of the ranks that answered (None: no side channel);
-    ``departed``: rank -> exit notice of the ranks that ended.  The report ends with what to do.
+    ``answers``: rank -> progress of the ranks that answered (None: no side channel, because
+    ``why_no_answers``); ``departed``: rank -> exit notice of the ranks that ended; ``timeout``
+    and ``unresponsive``: the watchdog's limits (0: off), set by ``timeout_env`` and
+    ``unresponsive_env``; ``stall_env`` sets the threshold.
     """
+
+    rank: int
+    size: int
+    host: str
+    call: str
+    elapsed: float
+    number: int
+    answers: object
+    timeout: float
+    stall_env: str = 'CHAINERMN_STALL_SECONDS'
+    timeout_env: str = 'CHAINERMN_TIMEOUT'
+    why_no_answers: str = ''
+    departed: object = None
+    unresponsive: float = 0.0
+    unresponsive_env: str = 'CHAINERMN_UNRESPONSIVE_SECONDS'
+
+
+def format_stall_report(stall):
+    """Return the stall report of :class:`Stall` ``stall``; it ends with what to do."""
+    rank, size, host, number, answers = stall.rank, stall.size, stall.host, stall.number, stall.answers
+    timeout, timeout_env, departed = stall.timeout, stall.timeout_env, stall.departed
     head = ('*** chainermn stall inspector: rank {} of {} (host {}) has waited {:.0f} s in {}; '
-            'still waiting'.format(rank, size, host, elapsed, call))
+            'still waiting'.format(rank, size, host, stall.elapsed, stall.call))
     head += (' (the watchdog ends the job with exit status 14 once this call has waited {:g} s, '
              '${}).'.format(timeout, timeout_env) if timeout > 0
              else ' (the watchdog is off, ${}=0).'.format(timeout_env))
     lines = [head]
     missing_ranks, silent = [], []
     if answers is None:
-        lines.append('***   cannot ask the other ranks: {}.'.format(why_no_answers))
+        lines.append('***   cannot ask the other ranks: {}.'.format(stall.why_no_answers))
     else:
         missing, waiting, ahead, others, gone = [], [], [], [], []
         for peer in range(size):
@@ -222,9 +247,10 @@ def format_stall_report(rank, size, host, call, elapsed, number, answers, timeou
             lines.append('***   ranks already past it: ' + '; '.join(ahead))
         if waiting:
             lines.append('***   ranks waiting in it too: ' + ', '.join(waiting))
-    lines.extend(_advice(missing_ranks, silent, timeout, timeout_env, unresponsive, unresponsive_env))
+    lines.extend(_advice(missing_ranks, silent, timeout, timeout_env, stall.unresponsive,
+                         stall.unresponsive_env))
     lines.append('***   (reported once per call after ${} seconds; 0 turns the inspector off)'.format(
-        stall_env))
+        stall.stall_env))
     return '\n'.join(lines) + '\n'
 
 

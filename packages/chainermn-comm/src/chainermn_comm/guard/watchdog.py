@@ -18,7 +18,7 @@ import weakref
 
 from chainermn_comm.guard import departure
 from chainermn_comm.guard import report
-from chainermn_comm.guard.side_channel import SideChannel, side_channel_available
+from chainermn_comm.guard.side_channel import SideChannel, mpi_lock, side_channel_available
 from chainermn_comm.log import get_logger
 from chainermn_comm.protocol import (RANK_GONE_EXIT_STATUS, STALL_SECONDS_ENV, TIMEOUT_ENV,
                                      UNRESPONSIVE_SECONDS_ENV, WATCHDOG_EXIT_STATUS)
@@ -46,7 +46,7 @@ class _Thread(threading.Thread):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         #: Held while the thread makes MPI calls; taken for good at program exit (before MPI_Finalize).
-        self.mpi_lock = threading.Lock()
+        self.mpi_lock = mpi_lock()
         self.closed = False
 
     def add(self, guard):
@@ -92,11 +92,6 @@ def watch(guard):
             atexit.register(_thread.close)
             _thread.start()
     _thread.add(guard)
-
-
-def mpi_lock():
-    """Return the lock the watchdog thread holds while it calls MPI (a fresh one before it starts)."""
-    return _thread.mpi_lock if _thread is not None else threading.Lock()
 
 
 def _mpi_finalized():
@@ -164,10 +159,10 @@ class Watch:
                 side.cancel()  # that call ended: its queries and silences are over
         if cur is None:
             return wait if timeout <= 0 else min(wait, timeout / 4.0)
-        elapsed = now - cur[3]
+        elapsed = now - cur.start
         if self.pending is not None and now >= self.pending[1]:
             end_job(guard, self.pending[2], self.pending[3])
-        if side is not None and side.departed and cur[0] != report.EXIT_CALL:
+        if side is not None and side.departed and cur.name != report.EXIT_CALL:
             self._check_departed(guard, cur, side, now)
         if timeout > 0:
             if elapsed >= timeout:
@@ -253,10 +248,10 @@ class Watch:
         side = self.side
         departed = {p: n for p, (n, _) in side.departed.items()} if side is not None else None
         try:
-            _log.warning('%s', report.format_stall_report(
-                guard.rank, guard.size, guard.host, report.describe(cur), elapsed, cur[5], answers,
-                guard.config.timeout, STALL_SECONDS_ENV, TIMEOUT_ENV, why, departed,
-                guard.config.unresponsive_seconds, UNRESPONSIVE_SECONDS_ENV).rstrip('\n'))
+            _log.warning('%s', report.format_stall_report(report.Stall(
+                guard.rank, guard.size, guard.host, report.describe(cur), elapsed, cur.number,
+                answers, guard.config.timeout, STALL_SECONDS_ENV, TIMEOUT_ENV, why, departed,
+                guard.config.unresponsive_seconds, UNRESPONSIVE_SECONDS_ENV)).rstrip('\n'))
         except Exception:
             pass
 
@@ -320,7 +315,7 @@ def fire(guard, cur, elapsed):
         last = 'none' if guard.last is None else report.describe(guard.last)
         checking = ''
         if guard.agreement.in_check and guard.agreement.debug_comm is not None \
-                and cur[0] != report.EXIT_CALL:
+                and cur.name != report.EXIT_CALL:
             checking = ' (in the agreement check before it)'
         _log.critical('%s', report.watchdog_message(
             guard.rank, guard.size, report.describe(cur), checking, elapsed, guard.config.timeout,
