@@ -155,3 +155,37 @@ def test_disagreement_hint_names_the_causes_users_hit():
                   'a parameter without a gradient on one rank',
                   'one rank running an extra iteration'):
         assert cause in text, (cause, text)
+
+
+def test_each_call_is_its_own_context_and_calls_nest():
+    g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
+    outer = g('allreduce_obj', (('op', 'sum'),))
+    inner = g('bcast', (('root', 0),))
+    assert outer is not inner and outer.guard is g
+    with outer as a:
+        assert a is outer and g.current is outer and outer.seq == 1 and outer.number == 1
+        with inner:
+            assert g.current is inner and (inner.seq, inner.number) == (2, 2)
+        assert g.current is outer and g.last is inner
+    assert g.current is None and g.last is outer and outer.guard is None  # a record now
+    assert g.describe(outer) == 'call #1 allreduce_obj(op=sum)'
+
+
+def test_a_checked_call_costs_few_function_calls():
+    import sys
+    g = CallGuard(MPI.COMM_SELF, timeout=1800, debug=False)
+    sig = (('shape', (1,)),)
+    with g('allreduce', sig):
+        pass
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == 'call':
+            seen.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        with g('allreduce', sig):
+            pass
+    finally:
+        sys.setprofile(None)
+    assert seen == ['__call__', '__init__', '__enter__', '__exit__'], seen
