@@ -93,7 +93,9 @@ def _flush_trace():
 
 
 def _sys_hook(exc_type, exc_value, exc_tb):
-    if issubclass(exc_type, KeyboardInterrupt) and exc_type is not KeyboardInterrupt:
+    if exit_status.forked() or \
+            (issubclass(exc_type, KeyboardInterrupt) and exc_type is not KeyboardInterrupt):
+        # A fork()ed child's error is its own: printed as Python prints it, the job goes on.
         return _state['sys'](exc_type, exc_value, exc_tb)
     _abort(exc_type, exc_value, exc_tb, _state['sys'])
 
@@ -104,6 +106,8 @@ _sys_hook.chainermn_reports = True  # voice.install() leaves this hook in place
 def _thread_hook(args):
     if args.exc_type is SystemExit:
         return
+    if exit_status.forked():
+        return _state['threading'](args)
     _abort(args.exc_type, args.exc_value, args.exc_traceback,
            lambda t, v, tb: _state['threading'](args))
 
@@ -128,7 +132,7 @@ def abort_on_exit_status(status):
 
     Called at program exit after ``sys.exit(status)``.
     """
-    if _state['sys'] is None or not status:
+    if _state['sys'] is None or not status or exit_status.forked():
         return False
     try:
         from mpi4py import MPI

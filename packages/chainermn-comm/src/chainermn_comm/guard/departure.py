@@ -137,7 +137,7 @@ def _finalized():
 def _at_exit():
     """Program exit: abort under the except hook for a non-zero ``sys.exit``, else exchange notices."""
     try:
-        if _finalized():
+        if exit_status.forked() or _finalized():  # a fork()ed child's end is not this rank's
             return
         status, why = exit_status.leaving()
         if exit_status.exit_called() and exit_status.abort_for(status):

@@ -7,14 +7,16 @@ called with (and changes nothing else); ``raise SystemExit(n)`` without ``sys.ex
 program that returned.
 """
 
+import os
 import sys
 import threading
 
-__all__ = ['install', 'leaving', 'exit_called', 'status_of', 'abort_for']
+__all__ = ['install', 'leaving', 'exit_called', 'status_of', 'abort_for', 'forked']
 
 _lock = threading.Lock()
 #: ``abort``: what ends the job at exit after a non-zero ``sys.exit`` (the global except hook's).
-_state = {'original': None, 'code': None, 'called': False, 'abort': None}
+#: ``pid``: the process that installed the wrapper (made a communicator or added the hook).
+_state = {'original': None, 'code': None, 'called': False, 'abort': None, 'pid': None}
 
 
 def status_of(code):
@@ -42,11 +44,19 @@ def install(abort=None):
     True, or returns False (:func:`chainermn_comm.global_except_hook.abort_on_exit_status`).
     """
     with _lock:
+        if _state['pid'] is None:
+            _state['pid'] = os.getpid()
         if abort is not None:
             _state['abort'] = abort
         if _state['original'] is None and sys.exit is not _exit:
             _state['original'] = sys.exit
             sys.exit = _exit
+
+
+def forked():
+    """Return whether this process is a ``fork()``ed child of the one that installed (its exit is not the rank's)."""
+    pid = _state['pid']
+    return pid is not None and pid != os.getpid()
 
 
 def abort_for(status):
