@@ -9,7 +9,8 @@ status that ``sys.exit`` is called with and aborts at exit), and the job's exit 
 An error that every rank raised together (:mod:`chainermn_comm.voice`) is reported once: the
 rank that reports it prints it, says that it aborts and ends the job; every other rank prints one
 line pointing at it and waits (at most :data:`AGREED_WAIT` seconds) for that rank to end the job,
-so that no rank cuts the report short.  An error of one rank is printed by that rank, once.
+so that no rank cuts the report short; when that rank stays silent (it caught the error) the
+waiting rank prints the whole report itself before it ends the job.  An error of one rank is printed by that rank, once.
 """
 
 import atexit
@@ -62,6 +63,8 @@ def _abort(exc_type, exc_value, exc_tb, previous):
             # Every rank raised it: the reporting rank prints it and ends the job; ending it from
             # here first could cut its report short.
             time.sleep(max(0.0, AGREED_WAIT - (time.monotonic() - started)))
+            # It is silent (it caught the error, or hangs): this rank prints the report instead.
+            voice.report_caught_elsewhere(exc_type, exc_value, exc_tb)
             _log.critical('rank %s did not end the job within %g s after the %s every rank raised; '
                           'calling MPI_Abort(%d) from rank %s.', reporter, AGREED_WAIT,
                           exc_type.__name__, EXIT_STATUS, rank)

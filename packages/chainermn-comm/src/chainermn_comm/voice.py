@@ -16,7 +16,10 @@ and every other rank prints one line that points at it (:func:`report_uncaught`:
 communicator on through ``sys.excepthook`` (:func:`install`), and through
 :mod:`chainermn_comm.global_except_hook`).  An error of one rank is printed as Python prints it,
 once: an exception whose report a Chainer ``Trainer`` already printed (``chainermn_train`` marks
-it with :func:`mark_shown`) is not printed again.
+it with :func:`mark_shown`) is not printed again.  When the reporting rank catches such an error
+and goes on while the others end with it, the report is not lost: that rank prints it when their
+exit notices come (:func:`report_caught`), and under the global except hook the other ranks print
+it themselves when the reporting rank has not ended the job in time (:func:`report_caught_elsewhere`).
 """
 
 import builtins
@@ -27,7 +30,9 @@ import warnings
 from chainermn_comm.log import get_logger, rank_and_host
 
 __all__ = ['AGREED_ATTR', 'SHOWN_ATTR', 'warn_all', 'together', 'agreed', 'reporter_of', 'mark_shown',
-           'decide', 'pointer_line', 'report_uncaught', 'early_report', 'install', 'world_rank']
+           'shown', 'decide', 'pointer_line', 'report_uncaught', 'report_caught',
+           'report_caught_elsewhere', 'early_report',
+           'install', 'world_rank']
 
 #: Attribute of an exception raised together: the ``MPI.COMM_WORLD`` rank that reports it.
 AGREED_ATTR = 'chainermn_agreed'
@@ -180,6 +185,27 @@ def mark_shown(exc):
         pass
 
 
+def shown(exc):
+    """Return whether ``exc``'s report was printed already."""
+    return bool(getattr(exc, SHOWN_ATTR, False))
+
+
+def report_caught(exc, where):
+    """Print the report of ``exc``, raised by every rank together, that this (reporting) rank caught
+    while the others ended with it (``where``: e.g. 'at collective call #3'); mark it shown."""
+    rank, host = rank_and_host()
+    _write('chainermn: [rank {} host {}] the {} every rank raised together {} was caught on this '
+           'rank, which reports it; the other ranks ended with it:\n{}: {}\n'.format(
+               rank, host, type(exc).__name__, where, type(exc).__name__, str(exc).rstrip('\n')))
+    mark_shown(exc)
+
+
+def report_caught_elsewhere(exc_type, exc, tb):
+    """Print the whole report of ``exc`` here: its reporting rank did not end the job (it caught it)."""
+    _write(''.join(traceback.format_exception(exc_type, exc, tb)))
+    mark_shown(exc)
+
+
 def decide(exc):
     """Return how this rank prints ``exc``: 'report' (in full), 'pointer' (one line) or 'shown' (nothing)."""
     if getattr(exc, SHOWN_ATTR, False):
@@ -203,6 +229,8 @@ def report_uncaught(exc_type, exc, tb, fallback):
         _write(''.join(traceback.format_exception(exc_type, exc, tb)))
     elif how == 'report':
         fallback(exc_type, exc, tb)
+    if how == 'report':
+        mark_shown(exc)
     elif how == 'pointer':
         _log.error('%s', pointer_line(exc))
     return how

@@ -130,6 +130,9 @@ class Agreement:
             hosts = list(hosts) if hosts is not None else mpi_comm.allgather(host)
             if rank == 0:
                 self.detector = straggler.Detector(hosts)
+        #: On the rank that reports the errors every rank raises here (rank 0): (collective
+        #: number, error) of the last one, until it is printed (see :mod:`.departure`).
+        self.unreported = None
         #: Whether this rank set a mark for the next gathered check; every rank's marks after it.
         self.marked = False
         self.marks = None
@@ -224,5 +227,8 @@ class Agreement:
 
     def _raise_from(self, everyone, what):
         # Every rank raises it, with the same table: rank 0 reports it (chainermn_comm.voice).
-        raise voice.agreed(CommunicationError(disagreement_message(self.rank, what, everyone)),
-                           self.mpi_comm)
+        error = voice.agreed(CommunicationError(disagreement_message(self.rank, what, everyone)),
+                             self.mpi_comm)
+        if self.rank == 0:  # printed later if this rank catches it and the others end with it
+            self.unreported = (everyone[self.rank][2], error)
+        raise error

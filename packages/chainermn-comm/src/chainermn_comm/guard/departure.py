@@ -30,12 +30,14 @@ import atexit
 import threading
 import time
 
+from chainermn_comm import voice
 from chainermn_comm.guard import exit_status
 from chainermn_comm.guard.report import describe_wait
 from chainermn_comm.guard.side_channel import mpi_lock
 from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
 
-__all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'P2P_GRACE', 'DEFER', 'NOTICE_WAIT']
+__all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'report_caught', 'P2P_GRACE', 'DEFER',
+           'NOTICE_WAIT']
 
 #: Seconds a point-to-point call with a rank that left may still finish (its message may be on
 #: the way) before the job is ended.
@@ -148,8 +150,27 @@ def _at_exit():
         # Every notice goes out before this rank waits for any: no two ranks wait on each other.
         sent = [g for g in guards if _send(g, why, status)]
         _take_notices(sent)
+        for g in guards:
+            side = g.watch.side
+            for notice, _ in (side.departed.values() if side is not None else ()):
+                report_caught(g, notice)
     except Exception:
         pass
+
+
+def report_caught(guard, notice):
+    """Print the error every rank raised together that this rank caught, when ``notice``'s rank ended with it.
+
+    The reporting rank (rank 0 of the communicator) prints such an error when it is not caught;
+    when that rank catches it and goes on while the others end with it, it prints it here (before
+    it ends the job, or at its exit), so that the report is never lost.
+    """
+    pending = guard.agreement.unreported
+    if pending is None or not notice.get('status') or notice.get('collectives') != pending[0]:
+        return  # not ended with an error right after that call
+    guard.agreement.unreported = None
+    if not voice.shown(pending[1]):
+        voice.report_caught(pending[1], 'at collective call #{}'.format(pending[0]))
 
 
 def blocking(cur, departed, now):

@@ -227,6 +227,7 @@ class Watch:
         if found is None:
             return
         notice = found[1]
+        departure.report_caught(guard, notice)
         status = departure.job_status(notice)
         line = departure.gone_line(guard, cur, notice, status)
         self._end(guard, cur, now, line, status, lambda p: p not in side.departed)
