@@ -170,3 +170,24 @@ def test_invalid_input_on_the_same_call_is_not_a_disagreement():
                     'on rank 1 (host h1).\nInvalid input on rank 1: CommunicationError: rank 1 (host h1): '
                     'x.\n')
     assert report.DISAGREEMENT_HINT not in text
+
+
+def test_reports_on_a_sub_communicator_name_world_ranks():
+    world_of = [0, 2]   # the sub-communicator of world ranks 0 and 2
+    text = report.format_stall_report(report.Stall(
+        0, 2, 'h0', 'call #5 allreduce()', 61, 5, {1: _answer(None, 0, 4, 'h2')}, 0,
+        world_of=world_of))
+    assert text.startswith('*** chainermn stall inspector: rank 0 (rank 0 of 2 of the split communicator, '
+                           'host h0) has waited 61 s in call #5 allreduce()')
+    assert ('ranks that have not reached it: rank 2 (rank 1 of the split communicator, host h2): last '
+            'entered collective call #4') in text
+    assert 'what to do: rank 2 (rank 1 of the split communicator) answered, so it is alive' in text
+    line = report.unresponsive_line(0, 'h0', 1, 'h2', 241.3, 'collective call #9 allreduce()', '',
+                                    'CHAINERMN_UNRESPONSIVE_SECONDS', 15, world_of)
+    assert line.startswith('chainermn: rank 2 (rank 1 of the split communicator, host h2) has not '
+                           'answered the stall inspector for 241 s')
+    assert '; rank 0 (rank 0 of the split communicator, host h0) waits in collective call #9' in line
+    message = report.watchdog_message(1, 2, 'call #3 bcast()', '', 1801.0, 1800, 'CHAINERMN_TIMEOUT',
+                                      'h2', 'none', 14, world_of)
+    assert message.startswith('*** chainermn watchdog: rank 2 (rank 1 of 2 of the split communicator): '
+                              'call #3 bcast() has been blocked')

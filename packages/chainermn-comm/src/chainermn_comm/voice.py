@@ -29,7 +29,7 @@ import warnings
 
 from chainermn_comm.log import get_logger, rank_and_host
 
-__all__ = ['AGREED_ATTR', 'SHOWN_ATTR', 'warn_all', 'together', 'agreed', 'reporter_of', 'mark_shown',
+__all__ = ['world_ranks', 'world', 'label', 'who', 'SUB_COMMUNICATOR', 'AGREED_ATTR', 'SHOWN_ATTR', 'warn_all', 'together', 'agreed', 'reporter_of', 'mark_shown',
            'shown', 'decide', 'pointer_line', 'report_uncaught', 'report_caught',
            'report_caught_elsewhere', 'early_report',
            'install', 'world_rank']
@@ -50,6 +50,51 @@ def world_rank():
         return int(rank)
     except (TypeError, ValueError):
         return None
+
+
+# -- naming ranks: one numbering, the whole job's ----------------------------------------------
+def world_ranks(mpi_comm):
+    """Return the ``MPI.COMM_WORLD`` rank of each rank of ``mpi_comm`` (None for one outside it), or
+    None when ``mpi_comm`` numbers its ranks as the whole job does (messages then say 'rank R')."""
+    try:
+        from mpi4py import MPI
+        mine, everyone = mpi_comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    except Exception:
+        return None
+    try:
+        ranks = MPI.Group.Translate_ranks(mine, list(range(mine.Get_size())), everyone)
+        same = mine.Get_size() == everyone.Get_size()
+    finally:
+        mine.Free()
+        everyone.Free()
+    ranks = [None if r == MPI.UNDEFINED else int(r) for r in ranks]
+    return None if same and ranks == list(range(len(ranks))) else ranks
+
+
+#: How a rank's own rank on a communicator other than the whole job's is named beside its world rank.
+SUB_COMMUNICATOR = 'the split communicator'
+
+
+def world(rank, world_of=None):
+    """Return ``rank`` of a communicator as ``MPI.COMM_WORLD`` numbers it (``world_of``: the world
+    rank of each of its ranks, None on the whole job's communicator)."""
+    if world_of is None or not 0 <= rank < len(world_of) or world_of[rank] is None:
+        return rank
+    return world_of[rank]
+
+
+def label(rank, world_of=None):
+    """Return 'rank W', or on a sub-communicator 'rank W (rank R of the split communicator)'."""
+    if world_of is None:
+        return 'rank {}'.format(rank)
+    return 'rank {} (rank {} of {})'.format(world(rank, world_of), rank, SUB_COMMUNICATOR)
+
+
+def who(rank, host, world_of=None):
+    """Return 'rank W (host H)', or on a sub-communicator 'rank W (rank R of the split communicator, host H)'."""
+    if world_of is None:
+        return 'rank {} (host {})'.format(rank, host)
+    return 'rank {} (rank {} of {}, host {})'.format(world(rank, world_of), rank, SUB_COMMUNICATOR, host)
 
 
 # -- warnings ---------------------------------------------------------------------------------
@@ -129,10 +174,11 @@ def together(mpi_comm, fn, what):
         return result
     if len(failed) == len(everyone) and len({f for _, f in failed}) == 1:
         raise agreed(error, mpi_comm)
-    listed = '; '.join('rank {}: {}: {}'.format(r, name, text) for r, (name, text) in failed)
+    world_of = world_ranks(mpi_comm)
+    listed = '; '.join('{}: {}: {}'.format(label(r, world_of), name, text) for r, (name, text) in failed)
     names = {name for _, (name, _) in failed}
-    text = 'rank {}: {} failed on {} of {} rank(s), so it fails on every rank. {}'.format(
-        rank, what, len(failed), len(everyone), listed)
+    text = '{}: {} failed on {} of {} rank(s), so it fails on every rank. {}'.format(
+        label(rank, world_of), what, len(failed), len(everyone), listed)
     try:
         new = _error_class(failed[0][1][0] if len(names) == 1 else 'RuntimeError', error)(text)
     except Exception:   # a class that does not take one message

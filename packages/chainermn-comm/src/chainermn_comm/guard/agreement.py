@@ -110,9 +110,10 @@ class Agreement:
     runs (the watchdog says so); :attr:`desynced` once the ranks were found out of step.
     """
 
-    def __init__(self, mpi_comm, rank, size, host, check, debug, hosts=None):
+    def __init__(self, mpi_comm, rank, size, host, check, debug, hosts=None, world_of=None):
         from mpi4py import MPI
         self.mpi_comm = mpi_comm
+        self.world_of = world_of
         self.rank = rank
         self.size = size
         self.host = host
@@ -129,7 +130,7 @@ class Agreement:
             # Rank 0 names hosts: the topology's, or one gather of them at creation.
             hosts = list(hosts) if hosts is not None else mpi_comm.allgather(host)
             if rank == 0:
-                self.detector = straggler.Detector(hosts)
+                self.detector = straggler.Detector(hosts, world_of)
         #: On the rank that reports the errors every rank raises here (rank 0): (collective
         #: number, error) of the last one, until it is printed (see :mod:`.departure`).
         self.unreported = None
@@ -227,8 +228,8 @@ class Agreement:
 
     def _raise_from(self, everyone, what):
         # Every rank raises it, with the same table: rank 0 reports it (chainermn_comm.voice).
-        error = voice.agreed(CommunicationError(disagreement_message(self.rank, what, everyone)),
-                             self.mpi_comm)
+        error = voice.agreed(CommunicationError(disagreement_message(self.rank, what, everyone,
+                                                                     self.world_of)), self.mpi_comm)
         if self.rank == 0:  # printed later if this rank catches it and the others end with it
             self.unreported = (everyone[self.rank][2], error)
         raise error

@@ -18,7 +18,7 @@ import dataclasses
 import os
 import time
 
-from chainermn_comm import trace
+from chainermn_comm import trace, voice
 from chainermn_comm.guard import departure
 from chainermn_comm.guard import exit_check
 from chainermn_comm.guard import report
@@ -141,8 +141,11 @@ class CallGuard:
         self.config = GuardConfig.resolve(self.size, timeout, debug, check)
         #: Every rank's host when the communicator knows them (else None).
         self.hosts = list(hosts) if hosts is not None else None
+        #: The world rank of each rank, or None on a communicator numbered as the whole job
+        #: (reports name ranks by their world rank, :func:`chainermn_comm.guard.report.who`).
+        self.world_of = voice.world_ranks(mpi_comm)
         self.agreement = Agreement(mpi_comm, self.rank, self.size, self.host, self.config.check,
-                                   self.config.debug, hosts)
+                                   self.config.debug, hosts, self.world_of)
         self.watch = watchdog.Watch(mpi_comm, self.config, self.size)
         #: Number of guarded calls entered so far (point-to-point and collective).
         self.seq = 0

@@ -31,6 +31,7 @@ import threading
 import time
 
 from chainermn_comm import voice
+from chainermn_comm.voice import who, world
 from chainermn_comm.guard import exit_status
 from chainermn_comm.guard.report import describe_wait
 from chainermn_comm.guard.side_channel import mpi_lock
@@ -201,7 +202,9 @@ def job_status(notice):
 def gone_line(guard, cur, notice, status):
     """Return the one line of a rank that ends the job because ``notice``'s rank left."""
     where = 'in its collective call' if notice['failed'] else 'at collective call'
-    return ('chainermn: rank {} (host {}) {} {} #{}; rank {} (host {}) waits in {}, which rank {} '
-            'will never join: ending the job with MPI_Abort({})'.format(
-                notice['rank'], notice['host'], notice['why'], where, notice['collectives'],
-                guard.rank, guard.host, describe_wait(cur), notice['rank'], status))
+    world_of = getattr(guard, 'world_of', None)
+    return ('chainermn: {} {} {} #{}; {} waits in {}, which rank {} will never join: ending the job '
+            'with MPI_Abort({})'.format(
+                who(notice['rank'], notice['host'], world_of), notice['why'], where,
+                notice['collectives'], who(guard.rank, guard.host, world_of), describe_wait(cur),
+                world(notice['rank'], world_of), status))

@@ -214,7 +214,7 @@ class Watch:
                 line = report.unresponsive_line(
                     guard.rank, guard.host, peer, answer['host'] if answer else guard.hosts_of(peer),
                     silent, report.describe_wait(cur), _last_answer(answer), UNRESPONSIVE_SECONDS_ENV,
-                    RANK_GONE_EXIT_STATUS)
+                    RANK_GONE_EXIT_STATUS, guard.world_of)
                 self._end(guard, cur, now, line, RANK_GONE_EXIT_STATUS,
                           lambda p: p not in side.departed and side.silent_for(p, now) < limit)
                 break
@@ -252,7 +252,8 @@ class Watch:
             _log.warning('%s', report.format_stall_report(report.Stall(
                 guard.rank, guard.size, guard.host, report.describe(cur), elapsed, cur.number,
                 answers, guard.config.timeout, STALL_SECONDS_ENV, TIMEOUT_ENV, why, departed,
-                guard.config.unresponsive_seconds, UNRESPONSIVE_SECONDS_ENV)).rstrip('\n'))
+                guard.config.unresponsive_seconds, UNRESPONSIVE_SECONDS_ENV,
+                guard.world_of)).rstrip('\n'))
         except Exception:
             pass
 
@@ -320,7 +321,7 @@ def fire(guard, cur, elapsed):
             checking = ' (in the agreement check before it)'
         _log.critical('%s', report.watchdog_message(
             guard.rank, guard.size, report.describe(cur), checking, elapsed, guard.config.timeout,
-            TIMEOUT_ENV, guard.host, last, WATCHDOG_EXIT_STATUS))
+            TIMEOUT_ENV, guard.host, last, WATCHDOG_EXIT_STATUS, guard.world_of))
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
