@@ -51,9 +51,13 @@ def _rank():
 
 
 def _abort(exc_type, exc_value, exc_tb, previous):
+    status = EXIT_STATUS
     try:
-        voice.report_uncaught(exc_type, exc_value, exc_tb, previous)
+        how = voice.report_uncaught(exc_type, exc_value, exc_tb, previous)
         rank = _rank()
+        if how == 'interrupt':  # Ctrl-C: one report (rank 0's), the job ends with 130
+            status = voice.INTERRUPT_STATUS
+            voice.end_interrupted(exc_tb)
         reporter = voice.reporter_of(exc_value)
         sys.stderr.flush()
         sys.stdout.flush()
@@ -78,11 +82,11 @@ def _abort(exc_type, exc_value, exc_tb, previous):
         try:
             from mpi4py import MPI
             if MPI.Is_initialized() and not MPI.Is_finalized():
-                MPI.COMM_WORLD.Abort(EXIT_STATUS)
+                MPI.COMM_WORLD.Abort(status)
         except Exception:
             _log.critical('MPI_Abort failed; this MPI process may hang.')
             sys.stderr.flush()
-        os._exit(EXIT_STATUS)
+        os._exit(status)
 
 
 def _flush_trace():

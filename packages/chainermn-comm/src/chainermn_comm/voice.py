@@ -32,7 +32,8 @@ from chainermn_comm.log import get_logger, rank_and_host
 __all__ = ['world_ranks', 'world', 'label', 'who', 'SUB_COMMUNICATOR', 'AGREED_ATTR', 'SHOWN_ATTR', 'warn_all', 'together', 'agreed', 'reporter_of', 'mark_shown',
            'shown', 'decide', 'pointer_line', 'report_uncaught', 'report_caught',
            'report_caught_elsewhere', 'early_report',
-           'install', 'world_rank']
+           'install', 'world_rank', 'on_interrupt', 'interrupted_line', 'report_interrupt_here',
+           'end_interrupted', 'INTERRUPT_STATUS', 'INTERRUPT_WAIT']
 
 #: Attribute of an exception raised together: the ``MPI.COMM_WORLD`` rank that reports it.
 AGREED_ATTR = 'chainermn_agreed'
@@ -41,6 +42,15 @@ SHOWN_ATTR = 'chainermn_shown'
 
 _log = get_logger('error')
 _hook = {'previous': None}
+#: The exit status of a job ended by Ctrl-C (SIGINT), as a shell gives it.
+INTERRUPT_STATUS = 130
+#: Functions ``note(trainer or None)`` -> a phrase for the interrupt report, or None (:func:`on_interrupt`).
+_interrupt_notes = []
+_interrupt_state = {'reported': False}
+#: Seconds a rank other than 0 waits, after Ctrl-C, for rank 0 to report it and end the job.
+INTERRUPT_WAIT = 3.0
+#: Seconds between a report and MPI_Abort (the launcher forwards the output meanwhile).
+_FLUSH_GRACE = 0.5
 
 
 def world_rank():
@@ -252,6 +262,102 @@ def report_caught_elsewhere(exc_type, exc, tb):
     mark_shown(exc)
 
 
+# -- Ctrl-C: one short report per job ------------------------------------------------------
+def on_interrupt(note):
+    """Add ``note(trainer)`` (``trainer``: the Chainer ``Trainer`` running, or None) to the interrupt
+    report: it returns a short phrase (e.g. the newest complete checkpoint) or None."""
+    if note not in _interrupt_notes:
+        _interrupt_notes.append(note)
+
+
+def _trainer_of(frame):
+    """Return the Chainer ``Trainer`` whose ``run`` is on the stack from ``frame`` down, or None."""
+    while frame is not None:
+        obj = frame.f_locals.get('self') if frame.f_code.co_name in ('run', '_run') else None
+        if obj is not None and type(obj).__name__ == 'Trainer' and hasattr(obj, 'updater'):
+            return obj
+        frame = frame.f_back
+    return None
+
+
+def _innermost(tb):
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return None if tb is None else tb.tb_frame
+
+
+def interrupted_line(frame=None):
+    """Return the one line that reports a job ended by Ctrl-C: at which iteration of the ``Trainer``
+    running on the stack from ``frame`` (if any), and what the :func:`on_interrupt` notes add."""
+    trainer = _trainer_of(frame)
+    parts = ['chainermn: the job was interrupted (Ctrl-C)']
+    if trainer is not None:
+        try:
+            parts[0] += ' at iteration {}'.format(int(trainer.updater.iteration))
+        except Exception:
+            pass
+    for note in list(_interrupt_notes):
+        try:
+            phrase = note(trainer)
+        except Exception:
+            phrase = None
+        if phrase:
+            parts.append(phrase)
+    return '; '.join(parts)
+
+
+def _report_interrupt(tb):
+    """Print the interrupt report on world rank 0; every other rank prints nothing."""
+    if world_rank() in (0, None):
+        report_interrupt_here(tb)
+
+
+def report_interrupt_here(tb=None, frame=None):
+    """Print the interrupt report from this rank, once per process (``tb``/``frame``: where to find the trainer)."""
+    if _interrupt_state['reported']:
+        return
+    _interrupt_state['reported'] = True
+    _write(interrupted_line(_innermost(tb) if tb is not None else frame) + '\n')
+
+
+def end_interrupted(tb):
+    """End a job of several ranks after Ctrl-C with ``MPI_Abort(INTERRUPT_STATUS)`` (never returns).
+
+    Rank 0 reported it (:func:`report_uncaught`) and ends the job at once; any other rank first
+    waits ``INTERRUPT_WAIT`` seconds for rank 0 to do so (it may be inside an MPI call that
+    Ctrl-C does not interrupt), then reports it and ends the job itself.
+    """
+    import os
+    import time
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if world_rank() in (0, None):
+            time.sleep(_FLUSH_GRACE)
+        else:
+            time.sleep(INTERRUPT_WAIT)
+            report_interrupt_here(tb)
+            time.sleep(_FLUSH_GRACE)
+    finally:
+        try:
+            from mpi4py import MPI
+            if MPI.Is_initialized() and not MPI.Is_finalized():
+                MPI.COMM_WORLD.Abort(INTERRUPT_STATUS)
+        finally:
+            os._exit(INTERRUPT_STATUS)
+
+
+def _several_ranks():
+    """Return whether this process is one rank of a job of several (MPI initialized, world size > 1)."""
+    try:
+        if 'mpi4py.MPI' not in sys.modules:
+            return False
+        from mpi4py import MPI
+        return MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1
+    except Exception:
+        return False
+
+
 def decide(exc):
     """Return how this rank prints ``exc``: 'report' (in full), 'pointer' (one line) or 'shown' (nothing)."""
     if getattr(exc, SHOWN_ATTR, False):
@@ -270,6 +376,10 @@ def pointer_line(exc, where=''):
 
 def report_uncaught(exc_type, exc, tb, fallback):
     """Print an uncaught exception the job's way (``fallback(exc_type, exc, tb)`` prints in full); return :func:`decide`'s answer."""
+    if isinstance(exc, KeyboardInterrupt) and type(exc) is KeyboardInterrupt:
+        _report_interrupt(tb)
+        mark_shown(exc)
+        return 'interrupt'
     how = decide(exc)
     if how == 'report' and fallback is sys.__excepthook__:
         _write(''.join(traceback.format_exception(exc_type, exc, tb)))
@@ -309,7 +419,8 @@ def _write(text, out=None):
 
 
 def _excepthook(exc_type, exc, tb):
-    report_uncaught(exc_type, exc, tb, _hook['previous'])
+    if report_uncaught(exc_type, exc, tb, _hook['previous']) == 'interrupt' and _several_ranks():
+        end_interrupted(tb)  # one report, then the whole job ends (status 130)
 
 
 _excepthook.chainermn_reports = True

@@ -37,7 +37,7 @@ from chainermn_comm.guard.report import describe_wait
 from chainermn_comm.guard.side_channel import mpi_lock
 from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
 
-__all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'report_caught', 'P2P_GRACE', 'DEFER',
+__all__ = ['arm', 'leave', 'blocking', 'interrupted', 'gone_line', 'job_status', 'report_caught', 'P2P_GRACE', 'DEFER',
            'NOTICE_WAIT']
 
 #: Seconds a point-to-point call with a rank that left may still finish (its message may be on
@@ -68,7 +68,8 @@ def arm(guard):
 def _notice(guard, why, status):
     failed = guard.failed_collective and guard.failed_collective == guard.collective_seq
     return {'rank': guard.rank, 'host': guard.host, 'why': why, 'status': status,
-            'collectives': guard.collective_seq, 'failed': bool(failed)}
+            'collectives': guard.collective_seq, 'failed': bool(failed),
+            'interrupted': exit_status.interrupted()}
 
 
 def leave(guard, why, status=None):
@@ -189,6 +190,15 @@ def blocking(cur, departed, now):
                 return peer, notice
         elif peer in (info.get('source'), info.get('dest')) and \
                 now - max(seen, cur.start) >= P2P_GRACE:
+            return peer, notice
+    return None
+
+
+def interrupted(cur, departed, now):
+    """Return ``(rank, notice)`` of a rank that Ctrl-C ended, once call ``cur`` has waited ``P2P_GRACE``
+    seconds since, else None: the job is being interrupted, so no call waits for it to finish."""
+    for peer, (notice, seen) in sorted(departed.items()):
+        if notice.get('interrupted') and now - max(seen, cur.start) >= P2P_GRACE:
             return peer, notice
     return None
 

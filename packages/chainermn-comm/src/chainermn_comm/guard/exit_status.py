@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 
-__all__ = ['install', 'leaving', 'exit_called', 'status_of', 'abort_for', 'forked']
+__all__ = ['install', 'leaving', 'exit_called', 'status_of', 'abort_for', 'forked', 'interrupted']
 
 _lock = threading.Lock()
 #: ``abort``: what ends the job at exit after a non-zero ``sys.exit`` (the global except hook's).
@@ -133,6 +133,11 @@ def exit_called():
         return status_of(_state['code'])
     raised, code = _raised_at_main()
     return status_of(code) if raised else None
+
+
+def interrupted():
+    """Return whether this process is ending of an uncaught KeyboardInterrupt (Ctrl-C)."""
+    return isinstance(getattr(sys, 'last_value', None), KeyboardInterrupt)
 
 
 def leaving():

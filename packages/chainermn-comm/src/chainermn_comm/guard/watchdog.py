@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 
+from chainermn_comm import voice
 from chainermn_comm.guard import departure
 from chainermn_comm.guard import report
 from chainermn_comm.guard.side_channel import SideChannel, mpi_lock, side_channel_available
@@ -223,13 +224,20 @@ class Watch:
         return max(0.1, min(SERVE_PERIOD, self.next_ask - now))
 
     def _check_departed(self, guard, cur, side, now):
-        found = departure.blocking(cur, side.departed, now)
+        found = departure.blocking(cur, side.departed, now) or \
+            departure.interrupted(cur, side.departed, now)
         if found is None:
             return
         notice = found[1]
         departure.report_caught(guard, notice)
         status = departure.job_status(notice)
-        line = departure.gone_line(guard, cur, notice, status)
+        if notice.get('interrupted'):
+            # Ctrl-C: the job's one report is rank 0's (here or in its excepthook), no gone line.
+            if voice.world_rank() == 0:
+                voice.report_interrupt_here(frame=_main_frame())
+            line = None
+        else:
+            line = departure.gone_line(guard, cur, notice, status)
         self._end(guard, cur, now, line, status, lambda p: p not in side.departed)
 
     def _end(self, guard, cur, now, line, status, alive):
@@ -297,11 +305,20 @@ def _abort(status, grace):
         os._exit(status)
 
 
+def _main_frame():
+    """Return the main thread's current frame, or None."""
+    try:
+        return sys._current_frames().get(threading.main_thread().ident)
+    except Exception:
+        return None
+
+
 def end_job(guard, line, status):
-    """Print ``line`` (one line, as it is) and end the whole job with MPI_Abort(``status``)."""
+    """Print ``line`` (one line, as it is; None: nothing) and end the whole job with MPI_Abort(``status``)."""
     _hold_mpi_lock()
     try:
-        _log.critical('%s', line, extra={'chainermn_plain': True})
+        if line is not None:
+            _log.critical('%s', line, extra={'chainermn_plain': True})
         sys.stderr.flush()
     except Exception:
         pass
