@@ -96,7 +96,7 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
     def mpi_comm(self):
         return self._mpi_comm
 
-    guard = property(lambda self: self._guard, doc='The call guard (B1 fallback; helper A adds the real one).')
+    guard = property(lambda self: self._guard, doc='The call guard (fallback until A adds the real one).')
 
     @property
     def timeout(self):
