@@ -20,6 +20,11 @@ it with :func:`mark_shown`) is not printed again.  When the reporting rank catch
 and goes on while the others end with it, the report is not lost: that rank prints it when their
 exit notices come (:func:`report_caught`), and under the global except hook the other ranks print
 it themselves when the reporting rank has not ended the job in time (:func:`report_caught_elsewhere`).
+
+Names.  Every message names a rank by its ``MPI.COMM_WORLD`` rank, with its own rank beside it on a
+sub-communicator (:func:`who`, :func:`label`).  Ctrl-C.  An uncaught ``KeyboardInterrupt`` is one
+line from world rank 0 (:func:`interrupted_line`, :func:`on_interrupt`), then the job ends with
+``MPI_Abort(INTERRUPT_STATUS)`` (:func:`end_interrupted`).
 """
 
 import builtins
