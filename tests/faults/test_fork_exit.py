@@ -32,7 +32,7 @@ def test_forked_children_never_end_the_job(n, hook):
     res = run_mpi([JOB] + ([hook] if hook else []), n, timeout=180, env=DEFAULTS)
     assert not res.timed_out and res.returncode == 0, report(res)
     # 5 rounds of 8 ways, one all-reduce of ones each, plus none counted before: 40 * n.
-    ends = re.findall(r'^job ran to the end: (\d+)$', res.stdout, re.M)
+    ends = re.findall(r'job ran to the end: (\d+)', res.stdout)  # the ranks' lines may interleave
     assert ends == [str(40 * n)] * n, report(res)
     assert ('children: exit0=0 exit3=3 _exit0=0 _exit5=5 raise=1 systemexit4=4 builtin_exit2=2 '
             'return=0') in res.stdout, report(res)
