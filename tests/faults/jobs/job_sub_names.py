@@ -15,9 +15,14 @@ import chainermn_comm
 from chainermn_comm import CommunicationError, voice
 
 
+def say(text):
+    """Write ``text`` and a newline with one call (the ranks' output then never interleaves inside it)."""
+    sys.stdout.write(text + '\n')
+    sys.stdout.flush()
+
+
 def show(comm, e):
-    print('MESSAGE {}\n{}\nEND'.format(comm.rank, e), flush=True)
-    print('POINTER {} {}'.format(comm.rank, voice.pointer_line(e)), flush=True)
+    say('MESSAGE {}\n{}\nEND\nPOINTER {} {}'.format(comm.rank, e, comm.rank, voice.pointer_line(e)))
 
 
 def main():
@@ -36,7 +41,7 @@ def main():
         except CommunicationError as e:
             show(comm, e)
         except TypeError as e:
-            print('MESSAGE {}\n{}: {}\nEND'.format(comm.rank, type(e).__name__, e), flush=True)
+            say('MESSAGE {}\n{}: {}\nEND'.format(comm.rank, type(e).__name__, e))
         sub.allreduce(x)
     comm.barrier() if hasattr(comm, 'barrier') else comm.bcast_obj(None)
     if comm.rank == 2:
