@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from chainermn_comm.guard import departure, exit_status, report
+from chainermn_comm.guard.call import Call
 from chainermn_comm.guard.side_channel import SideChannel
 from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
 
@@ -17,7 +18,7 @@ def notice(rank=1, collectives=20, failed=False, status=3, why='exited with stat
 
 def call(name='allreduce', number=21, start=0.0, **info):
     sig = (('shape', (4,)), ('dtype', '<f4'), ('op', 'sum')) if number else ()
-    return (name, 30, sig, start, info, number)
+    return Call.record(name, 30, sig, info, number, start)
 
 
 @pytest.mark.parametrize('number,done,failed,blocks', [
@@ -125,11 +126,11 @@ def _answer(call, number, collectives, host='h2', pid=77):
 
 
 def test_the_stall_report_says_what_to_do():
-    text = report.format_stall_report(
+    text = report.format_stall_report(report.Stall(
         0, 4, 'h0', 'call #5 allreduce()', 61, 5,
         {1: _answer('call #5 allreduce()', 5, 5, 'h1'), 2: _answer(None, 0, 4)}, 1800,
         'CHAINERMN_STALL_SECONDS', 'CHAINERMN_TIMEOUT', departed={}, unresponsive=240,
-        unresponsive_env='CHAINERMN_UNRESPONSIVE_SECONDS')
+        unresponsive_env='CHAINERMN_UNRESPONSIVE_SECONDS'))
     assert ('***   ranks that have not reached it: rank 2 (host h2): last entered collective call #4, '
             'now not inside a chainermn call') in text
     assert '***   ranks that did not answer within 5 s' in text and 'rank 3' in text
@@ -143,10 +144,10 @@ def test_the_stall_report_says_what_to_do():
 
 
 def test_the_stall_report_names_ranks_that_ended():
-    text = report.format_stall_report(
+    text = report.format_stall_report(report.Stall(
         0, 2, 'h0', 'call #5 allreduce()', 61, 5, {}, 0, 'CHAINERMN_STALL_SECONDS', 'CHAINERMN_TIMEOUT',
         departed={1: notice(collectives=5, status=0, why='ended (its program returned)')},
-        unresponsive=0)
+        unresponsive=0))
     assert '***   ranks that ended: rank 1 (host h1) ended (its program returned) at collective call #5' in text
     assert 'the watchdog is off' in text and 'did not answer' not in text
 
@@ -169,3 +170,24 @@ def test_invalid_input_on_the_same_call_is_not_a_disagreement():
                     'on rank 1 (host h1).\nInvalid input on rank 1: CommunicationError: rank 1 (host h1): '
                     'x.\n')
     assert report.DISAGREEMENT_HINT not in text
+
+
+def test_reports_on_a_sub_communicator_name_world_ranks():
+    world_of = [0, 2]   # the sub-communicator of world ranks 0 and 2
+    text = report.format_stall_report(report.Stall(
+        0, 2, 'h0', 'call #5 allreduce()', 61, 5, {1: _answer(None, 0, 4, 'h2')}, 0,
+        world_of=world_of))
+    assert text.startswith('*** chainermn stall inspector: rank 0 (rank 0 of 2 of the split communicator, '
+                           'host h0) has waited 61 s in call #5 allreduce()')
+    assert ('ranks that have not reached it: rank 2 (rank 1 of the split communicator, host h2): last '
+            'entered collective call #4') in text
+    assert 'what to do: rank 2 (rank 1 of the split communicator) answered, so it is alive' in text
+    line = report.unresponsive_line(0, 'h0', 1, 'h2', 241.3, 'collective call #9 allreduce()', '',
+                                    'CHAINERMN_UNRESPONSIVE_SECONDS', 15, world_of)
+    assert line.startswith('chainermn: rank 2 (rank 1 of the split communicator, host h2) has not '
+                           'answered the stall inspector for 241 s')
+    assert '; rank 0 (rank 0 of the split communicator, host h0) waits in collective call #9' in line
+    message = report.watchdog_message(1, 2, 'call #3 bcast()', '', 1801.0, 1800, 'CHAINERMN_TIMEOUT',
+                                      'h2', 'none', 14, world_of)
+    assert message.startswith('*** chainermn watchdog: rank 2 (rank 1 of 2 of the split communicator): '
+                              'call #3 bcast() has been blocked')

@@ -7,6 +7,7 @@ import pytest
 from mpi4py import MPI
 
 from chainermn_comm.guard import CallGuard, agreement, debug_enabled, report, resolve_stall_seconds, resolve_timeout
+from chainermn_comm.guard.call import Call
 
 
 def test_resolve_timeout(monkeypatch):
@@ -35,10 +36,10 @@ def test_debug_enabled(monkeypatch, value, expected):
 def test_guard_tracks_current_and_last_call():
     g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
     with g('allreduce', (('shape', (2,)), ('dtype', '<f4')), peer=3):
-        name, seq, sig, start, info, number = g.current
-        assert (name, seq, info, number) == ('allreduce', 1, {'peer': 3}, 1)
-        assert start <= time.monotonic()
-    assert g.current is None and g.last[:2] == ('allreduce', 1)
+        cur = g.current
+        assert (cur.name, cur.seq, cur.info, cur.number) == ('allreduce', 1, {'peer': 3}, 1)
+        assert cur.start <= time.monotonic()
+    assert g.current is None and (g.last.name, g.last.seq) == ('allreduce', 1)
     with g('send', (), collective=False, dest=1):
         pass
     assert (g.seq, g.collective_seq) == (2, 1)
@@ -55,9 +56,9 @@ def test_exception_inside_call_clears_current():
 
 def test_long_values_are_shortened():
     g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
-    text = g.describe(('gather', 1, (('shapes', tuple(((i,), '<f4') for i in range(500))),), 0, {}, 1))
+    text = g.describe(Call.record('gather', 1, (('shapes', tuple(((i,), '<f4') for i in range(500))),), number=1))
     assert len(text) < 300 and 'chars>' in text
-    text = g.describe(('allreduce_grad', 1, (('params', tuple(((i,), '<f4') for i in range(500))),), 0, {}, 1))
+    text = g.describe(Call.record('allreduce_grad', 1, (('params', tuple(((i,), '<f4') for i in range(500))),), number=1))
     assert text == 'call #1 allreduce_grad(params=<500 arrays>)'
 
 
@@ -75,7 +76,7 @@ def test_first_difference():
 def test_watchdog_fires_on_a_stuck_call(monkeypatch):
     fired = []
     g = CallGuard(MPI.COMM_SELF, timeout=1, debug=False)
-    monkeypatch.setattr(g, 'fire', lambda cur, elapsed: fired.append((cur[0], elapsed)))
+    monkeypatch.setattr(g, 'fire', lambda cur, elapsed: fired.append((cur.name, elapsed)))
     with g('recv', (), collective=False, source=0):
         deadline = time.monotonic() + 10
         while not fired and time.monotonic() < deadline:
@@ -154,3 +155,37 @@ def test_disagreement_hint_names_the_causes_users_hit():
                   'a parameter without a gradient on one rank',
                   'one rank running an extra iteration'):
         assert cause in text, (cause, text)
+
+
+def test_each_call_is_its_own_context_and_calls_nest():
+    g = CallGuard(MPI.COMM_SELF, timeout=0, debug=False)
+    outer = g('allreduce_obj', (('op', 'sum'),))
+    inner = g('bcast', (('root', 0),))
+    assert outer is not inner and outer.guard is g
+    with outer as a:
+        assert a is outer and g.current is outer and outer.seq == 1 and outer.number == 1
+        with inner:
+            assert g.current is inner and (inner.seq, inner.number) == (2, 2)
+        assert g.current is outer and g.last is inner
+    assert g.current is None and g.last is outer and outer.guard is None  # a record now
+    assert g.describe(outer) == 'call #1 allreduce_obj(op=sum)'
+
+
+def test_a_checked_call_costs_few_function_calls():
+    import sys
+    g = CallGuard(MPI.COMM_SELF, timeout=1800, debug=False)
+    sig = (('shape', (1,)),)
+    with g('allreduce', sig):
+        pass
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == 'call':
+            seen.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        with g('allreduce', sig):
+            pass
+    finally:
+        sys.setprofile(None)
+    assert seen == ['__call__', '__init__', '__enter__', '__exit__'], seen

@@ -9,7 +9,8 @@ status that ``sys.exit`` is called with and aborts at exit), and the job's exit 
 An error that every rank raised together (:mod:`chainermn_comm.voice`) is reported once: the
 rank that reports it prints it, says that it aborts and ends the job; every other rank prints one
 line pointing at it and waits (at most :data:`AGREED_WAIT` seconds) for that rank to end the job,
-so that no rank cuts the report short.  An error of one rank is printed by that rank, once.
+so that no rank cuts the report short; when that rank stays silent (it caught the error) the
+waiting rank prints the whole report itself before it ends the job.  An error of one rank is printed by that rank, once.
 """
 
 import atexit
@@ -50,9 +51,13 @@ def _rank():
 
 
 def _abort(exc_type, exc_value, exc_tb, previous):
+    status = EXIT_STATUS
     try:
-        voice.report_uncaught(exc_type, exc_value, exc_tb, previous)
+        how = voice.report_uncaught(exc_type, exc_value, exc_tb, previous)
         rank = _rank()
+        if how == 'interrupt':  # Ctrl-C: one report (rank 0's), the job ends with 130
+            status = voice.INTERRUPT_STATUS
+            voice.end_interrupted(exc_tb)
         reporter = voice.reporter_of(exc_value)
         sys.stderr.flush()
         sys.stdout.flush()
@@ -62,6 +67,8 @@ def _abort(exc_type, exc_value, exc_tb, previous):
             # Every rank raised it: the reporting rank prints it and ends the job; ending it from
             # here first could cut its report short.
             time.sleep(max(0.0, AGREED_WAIT - (time.monotonic() - started)))
+            # It is silent (it caught the error, or hangs): this rank prints the report instead.
+            voice.report_caught_elsewhere(exc_type, exc_value, exc_tb)
             _log.critical('rank %s did not end the job within %g s after the %s every rank raised; '
                           'calling MPI_Abort(%d) from rank %s.', reporter, AGREED_WAIT,
                           exc_type.__name__, EXIT_STATUS, rank)
@@ -75,11 +82,11 @@ def _abort(exc_type, exc_value, exc_tb, previous):
         try:
             from mpi4py import MPI
             if MPI.Is_initialized() and not MPI.Is_finalized():
-                MPI.COMM_WORLD.Abort(EXIT_STATUS)
+                MPI.COMM_WORLD.Abort(status)
         except Exception:
             _log.critical('MPI_Abort failed; this MPI process may hang.')
             sys.stderr.flush()
-        os._exit(EXIT_STATUS)
+        os._exit(status)
 
 
 def _flush_trace():
@@ -93,7 +100,9 @@ def _flush_trace():
 
 
 def _sys_hook(exc_type, exc_value, exc_tb):
-    if issubclass(exc_type, KeyboardInterrupt) and exc_type is not KeyboardInterrupt:
+    if exit_status.forked() or \
+            (issubclass(exc_type, KeyboardInterrupt) and exc_type is not KeyboardInterrupt):
+        # A fork()ed child's error is its own: printed as Python prints it, the job goes on.
         return _state['sys'](exc_type, exc_value, exc_tb)
     _abort(exc_type, exc_value, exc_tb, _state['sys'])
 
@@ -104,6 +113,8 @@ _sys_hook.chainermn_reports = True  # voice.install() leaves this hook in place
 def _thread_hook(args):
     if args.exc_type is SystemExit:
         return
+    if exit_status.forked():
+        return _state['threading'](args)
     _abort(args.exc_type, args.exc_value, args.exc_traceback,
            lambda t, v, tb: _state['threading'](args))
 
@@ -117,7 +128,7 @@ def add_hook():
     _state['threading'] = threading.excepthook
     sys.excepthook = _sys_hook
     threading.excepthook = _thread_hook
-    exit_status.install()
+    exit_status.install(abort=abort_on_exit_status)
     if not _state['atexit']:
         _state['atexit'] = True
         atexit.register(_at_exit)
@@ -128,7 +139,7 @@ def abort_on_exit_status(status):
 
     Called at program exit after ``sys.exit(status)``.
     """
-    if _state['sys'] is None or not status:
+    if _state['sys'] is None or not status or exit_status.forked():
         return False
     try:
         from mpi4py import MPI

@@ -16,7 +16,15 @@ and every other rank prints one line that points at it (:func:`report_uncaught`:
 communicator on through ``sys.excepthook`` (:func:`install`), and through
 :mod:`chainermn_comm.global_except_hook`).  An error of one rank is printed as Python prints it,
 once: an exception whose report a Chainer ``Trainer`` already printed (``chainermn_train`` marks
-it with :func:`mark_shown`) is not printed again.
+it with :func:`mark_shown`) is not printed again.  When the reporting rank catches such an error
+and goes on while the others end with it, the report is not lost: that rank prints it when their
+exit notices come (:func:`report_caught`), and under the global except hook the other ranks print
+it themselves when the reporting rank has not ended the job in time (:func:`report_caught_elsewhere`).
+
+Names.  Every message names a rank by its ``MPI.COMM_WORLD`` rank, with its own rank beside it on a
+sub-communicator (:func:`who`, :func:`label`).  Ctrl-C.  An uncaught ``KeyboardInterrupt`` is one
+line from world rank 0 (:func:`interrupted_line`, :func:`on_interrupt`), then the job ends with
+``MPI_Abort(INTERRUPT_STATUS)`` (:func:`end_interrupted`).
 """
 
 import builtins
@@ -26,8 +34,11 @@ import warnings
 
 from chainermn_comm.log import get_logger, rank_and_host
 
-__all__ = ['AGREED_ATTR', 'SHOWN_ATTR', 'warn_all', 'together', 'agreed', 'reporter_of', 'mark_shown',
-           'decide', 'pointer_line', 'report_uncaught', 'early_report', 'install', 'world_rank']
+__all__ = ['world_ranks', 'world', 'label', 'who', 'SUB_COMMUNICATOR', 'AGREED_ATTR', 'SHOWN_ATTR', 'warn_all', 'together', 'agreed', 'reporter_of', 'mark_shown',
+           'shown', 'decide', 'pointer_line', 'report_uncaught', 'report_caught',
+           'report_caught_elsewhere', 'early_report',
+           'install', 'world_rank', 'on_interrupt', 'interrupted_line', 'report_interrupt_here',
+           'end_interrupted', 'INTERRUPT_STATUS', 'INTERRUPT_WAIT']
 
 #: Attribute of an exception raised together: the ``MPI.COMM_WORLD`` rank that reports it.
 AGREED_ATTR = 'chainermn_agreed'
@@ -36,6 +47,15 @@ SHOWN_ATTR = 'chainermn_shown'
 
 _log = get_logger('error')
 _hook = {'previous': None}
+#: The exit status of a job ended by Ctrl-C (SIGINT), as a shell gives it.
+INTERRUPT_STATUS = 130
+#: Functions ``note(trainer or None)`` -> a phrase for the interrupt report, or None (:func:`on_interrupt`).
+_interrupt_notes = []
+_interrupt_state = {'reported': False}
+#: Seconds a rank other than 0 waits, after Ctrl-C, for rank 0 to report it and end the job.
+INTERRUPT_WAIT = 3.0
+#: Seconds between a report and MPI_Abort (the launcher forwards the output meanwhile).
+_FLUSH_GRACE = 0.5
 
 
 def world_rank():
@@ -45,6 +65,51 @@ def world_rank():
         return int(rank)
     except (TypeError, ValueError):
         return None
+
+
+# -- naming ranks: one numbering, the whole job's ----------------------------------------------
+def world_ranks(mpi_comm):
+    """Return the ``MPI.COMM_WORLD`` rank of each rank of ``mpi_comm`` (None for one outside it), or
+    None when ``mpi_comm`` numbers its ranks as the whole job does (messages then say 'rank R')."""
+    try:
+        from mpi4py import MPI
+        mine, everyone = mpi_comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    except Exception:
+        return None
+    try:
+        ranks = MPI.Group.Translate_ranks(mine, list(range(mine.Get_size())), everyone)
+        same = mine.Get_size() == everyone.Get_size()
+    finally:
+        mine.Free()
+        everyone.Free()
+    ranks = [None if r == MPI.UNDEFINED else int(r) for r in ranks]
+    return None if same and ranks == list(range(len(ranks))) else ranks
+
+
+#: How a rank's own rank on a communicator other than the whole job's is named beside its world rank.
+SUB_COMMUNICATOR = 'the split communicator'
+
+
+def world(rank, world_of=None):
+    """Return ``rank`` of a communicator as ``MPI.COMM_WORLD`` numbers it (``world_of``: the world
+    rank of each of its ranks, None on the whole job's communicator)."""
+    if world_of is None or not 0 <= rank < len(world_of) or world_of[rank] is None:
+        return rank
+    return world_of[rank]
+
+
+def label(rank, world_of=None):
+    """Return 'rank W', or on a sub-communicator 'rank W (rank R of the split communicator)'."""
+    if world_of is None:
+        return 'rank {}'.format(rank)
+    return 'rank {} (rank {} of {})'.format(world(rank, world_of), rank, SUB_COMMUNICATOR)
+
+
+def who(rank, host, world_of=None):
+    """Return 'rank W (host H)', or on a sub-communicator 'rank W (rank R of the split communicator, host H)'."""
+    if world_of is None:
+        return 'rank {} (host {})'.format(rank, host)
+    return 'rank {} (rank {} of {}, host {})'.format(world(rank, world_of), rank, SUB_COMMUNICATOR, host)
 
 
 # -- warnings ---------------------------------------------------------------------------------
@@ -124,10 +189,11 @@ def together(mpi_comm, fn, what):
         return result
     if len(failed) == len(everyone) and len({f for _, f in failed}) == 1:
         raise agreed(error, mpi_comm)
-    listed = '; '.join('rank {}: {}: {}'.format(r, name, text) for r, (name, text) in failed)
+    world_of = world_ranks(mpi_comm)
+    listed = '; '.join('{}: {}: {}'.format(label(r, world_of), name, text) for r, (name, text) in failed)
     names = {name for _, (name, _) in failed}
-    text = 'rank {}: {} failed on {} of {} rank(s), so it fails on every rank. {}'.format(
-        rank, what, len(failed), len(everyone), listed)
+    text = '{}: {} failed on {} of {} rank(s), so it fails on every rank. {}'.format(
+        label(rank, world_of), what, len(failed), len(everyone), listed)
     try:
         new = _error_class(failed[0][1][0] if len(names) == 1 else 'RuntimeError', error)(text)
     except Exception:   # a class that does not take one message
@@ -180,6 +246,123 @@ def mark_shown(exc):
         pass
 
 
+def shown(exc):
+    """Return whether ``exc``'s report was printed already."""
+    return bool(getattr(exc, SHOWN_ATTR, False))
+
+
+def report_caught(exc, where):
+    """Print the report of ``exc``, raised by every rank together, that this (reporting) rank caught
+    while the others ended with it (``where``: e.g. 'at collective call #3'); mark it shown."""
+    rank, host = rank_and_host()
+    _write('chainermn: [rank {} host {}] the {} every rank raised together {} was caught on this '
+           'rank, which reports it; the other ranks ended with it:\n{}: {}\n'.format(
+               rank, host, type(exc).__name__, where, type(exc).__name__, str(exc).rstrip('\n')))
+    mark_shown(exc)
+
+
+def report_caught_elsewhere(exc_type, exc, tb):
+    """Print the whole report of ``exc`` here: its reporting rank did not end the job (it caught it)."""
+    _write(''.join(traceback.format_exception(exc_type, exc, tb)))
+    mark_shown(exc)
+
+
+# -- Ctrl-C: one short report per job ------------------------------------------------------
+def on_interrupt(note):
+    """Add ``note(trainer)`` (``trainer``: the Chainer ``Trainer`` running, or None) to the interrupt
+    report: it returns a short phrase (e.g. the newest complete checkpoint) or None."""
+    if note not in _interrupt_notes:
+        _interrupt_notes.append(note)
+
+
+def _trainer_of(frame):
+    """Return the Chainer ``Trainer`` whose ``run`` is on the stack from ``frame`` down, or None."""
+    while frame is not None:
+        obj = frame.f_locals.get('self') if frame.f_code.co_name in ('run', '_run') else None
+        if obj is not None and type(obj).__name__ == 'Trainer' and hasattr(obj, 'updater'):
+            return obj
+        frame = frame.f_back
+    return None
+
+
+def _innermost(tb):
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return None if tb is None else tb.tb_frame
+
+
+def interrupted_line(frame=None):
+    """Return the one line that reports a job ended by Ctrl-C: at which iteration of the ``Trainer``
+    running on the stack from ``frame`` (if any), and what the :func:`on_interrupt` notes add."""
+    trainer = _trainer_of(frame)
+    parts = ['chainermn: the job was interrupted (Ctrl-C)']
+    if trainer is not None:
+        try:
+            parts[0] += ' at iteration {}'.format(int(trainer.updater.iteration))
+        except Exception:
+            pass
+    for note in list(_interrupt_notes):
+        try:
+            phrase = note(trainer)
+        except Exception:
+            phrase = None
+        if phrase:
+            parts.append(phrase)
+    return '; '.join(parts)
+
+
+def _report_interrupt(tb):
+    """Print the interrupt report on world rank 0; every other rank prints nothing."""
+    if world_rank() in (0, None):
+        report_interrupt_here(tb)
+
+
+def report_interrupt_here(tb=None, frame=None):
+    """Print the interrupt report from this rank, once per process (``tb``/``frame``: where to find the trainer)."""
+    if _interrupt_state['reported']:
+        return
+    _interrupt_state['reported'] = True
+    _write(interrupted_line(_innermost(tb) if tb is not None else frame) + '\n')
+
+
+def end_interrupted(tb):
+    """End a job of several ranks after Ctrl-C with ``MPI_Abort(INTERRUPT_STATUS)`` (never returns).
+
+    Rank 0 reported it (:func:`report_uncaught`) and ends the job at once; any other rank first
+    waits ``INTERRUPT_WAIT`` seconds for rank 0 to do so (it may be inside an MPI call that
+    Ctrl-C does not interrupt), then reports it and ends the job itself.
+    """
+    import os
+    import time
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if world_rank() in (0, None):
+            time.sleep(_FLUSH_GRACE)
+        else:
+            time.sleep(INTERRUPT_WAIT)
+            report_interrupt_here(tb)
+            time.sleep(_FLUSH_GRACE)
+    finally:
+        try:
+            from mpi4py import MPI
+            if MPI.Is_initialized() and not MPI.Is_finalized():
+                MPI.COMM_WORLD.Abort(INTERRUPT_STATUS)
+        finally:
+            os._exit(INTERRUPT_STATUS)
+
+
+def _several_ranks():
+    """Return whether this process is one rank of a job of several (MPI initialized, world size > 1)."""
+    try:
+        if 'mpi4py.MPI' not in sys.modules:
+            return False
+        from mpi4py import MPI
+        return MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1
+    except Exception:
+        return False
+
+
 def decide(exc):
     """Return how this rank prints ``exc``: 'report' (in full), 'pointer' (one line) or 'shown' (nothing)."""
     if getattr(exc, SHOWN_ATTR, False):
@@ -198,11 +381,17 @@ def pointer_line(exc, where=''):
 
 def report_uncaught(exc_type, exc, tb, fallback):
     """Print an uncaught exception the job's way (``fallback(exc_type, exc, tb)`` prints in full); return :func:`decide`'s answer."""
+    if isinstance(exc, KeyboardInterrupt) and type(exc) is KeyboardInterrupt:
+        _report_interrupt(tb)
+        mark_shown(exc)
+        return 'interrupt'
     how = decide(exc)
     if how == 'report' and fallback is sys.__excepthook__:
         _write(''.join(traceback.format_exception(exc_type, exc, tb)))
     elif how == 'report':
         fallback(exc_type, exc, tb)
+    if how == 'report':
+        mark_shown(exc)
     elif how == 'pointer':
         _log.error('%s', pointer_line(exc))
     return how
@@ -235,7 +424,8 @@ def _write(text, out=None):
 
 
 def _excepthook(exc_type, exc, tb):
-    report_uncaught(exc_type, exc, tb, _hook['previous'])
+    if report_uncaught(exc_type, exc, tb, _hook['previous']) == 'interrupt' and _several_ranks():
+        end_interrupted(tb)  # one report, then the whole job ends (status 130)
 
 
 _excepthook.chainermn_reports = True

@@ -1,6 +1,6 @@
 """ChainerMN multi-node optimizer, evaluator, trainer extensions and checkpoints."""
 
-from chainermn_train import extensions
+from chainermn_train import _interrupt, extensions  # noqa: F401 (_interrupt: the Ctrl-C report's checkpoint)
 from chainermn_train._evaluator import create_multi_node_evaluator
 from chainermn_train._fingerprint import IdenticalBatchesWarning, ParameterMismatchWarning
 from chainermn_train._optimizer import MultiNodeOptimizer, create_multi_node_optimizer

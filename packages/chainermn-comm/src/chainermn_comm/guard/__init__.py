@@ -32,7 +32,7 @@ def fail_together(comm, name, error):
     it joins the agreement check with an 'invalid input' signature instead, so that no rank is
     left waiting.  Without the check (one rank, $CHAINERMN_CHECK=0) it just raises ``error``.
     """
-    guard = getattr(comm, '_guard', None)
+    guard = getattr(comm, 'guard', None)
     if not isinstance(guard, CallGuard) or not (guard.check or guard.debug):
         raise error
     with guard(name, problem=error):
@@ -44,7 +44,7 @@ def guarded_call(comm, name, sig=(), key=None):
     """Return the guard of blocking call ``name`` on ChainerMN communicator ``comm`` (agreement
     check, stall report, watchdog), or a context that does nothing for any other ``comm`` (e.g.
     an mpi4py communicator)."""
-    guard = getattr(comm, '_guard', None)
+    guard = getattr(comm, 'guard', None)
     if guard is None or not callable(guard):
         return contextlib.nullcontext()
     return guard(name, sig, key=key)

@@ -110,9 +110,10 @@ class Agreement:
     runs (the watchdog says so); :attr:`desynced` once the ranks were found out of step.
     """
 
-    def __init__(self, mpi_comm, rank, size, host, check, debug, hosts=None):
+    def __init__(self, mpi_comm, rank, size, host, check, debug, hosts=None, world_of=None):
         from mpi4py import MPI
         self.mpi_comm = mpi_comm
+        self.world_of = world_of
         self.rank = rank
         self.size = size
         self.host = host
@@ -129,7 +130,10 @@ class Agreement:
             # Rank 0 names hosts: the topology's, or one gather of them at creation.
             hosts = list(hosts) if hosts is not None else mpi_comm.allgather(host)
             if rank == 0:
-                self.detector = straggler.Detector(hosts)
+                self.detector = straggler.Detector(hosts, world_of)
+        #: On the rank that reports the errors every rank raises here (rank 0): (collective
+        #: number, error) of the last one, until it is printed (see :mod:`.departure`).
+        self.unreported = None
         #: Whether this rank set a mark for the next gathered check; every rank's marks after it.
         self.marked = False
         self.marks = None
@@ -173,8 +177,8 @@ class Agreement:
     # -- default mode: one small exchange -----------------------------------------------------
     def _check_fingerprint(self, cur, key, payload, collective_seq, since):
         if key is None:
-            key = stable_key(comparable(resolve(cur[2])))
-        fp = hash((stable_code(cur[0]), key)) & _FP_MASK
+            key = stable_key(comparable(resolve(cur.sig)))
+        fp = hash((stable_code(cur.name), key)) & _FP_MASK
         if self._records is not None:
             return self._check_gathered(cur, fp, payload, collective_seq, since)
         h = self._header
@@ -203,8 +207,8 @@ class Agreement:
         if rec.all_fp.tolist().count(fp) != self.size:
             self._raise_from(self._gather_calls(cur, self.mpi_comm, collective_seq),
                              'the next collective call')
-        if self.detector is not None and cur[0] in straggler.GRAD_CALLS:
-            self.detector.observe(rec.all_since.tolist(), cur[3])
+        if self.detector is not None and cur.name in straggler.GRAD_CALLS:
+            self.detector.observe(rec.all_since.tolist(), cur.start)
         return None if views is None else views[1]
 
     # -- debug mode: gather every signature ---------------------------------------------------
@@ -219,10 +223,13 @@ class Agreement:
         self._raise_from(everyone, 'the next collective call (CHAINERMN_DEBUG=1)')
 
     def _gather_calls(self, cur, comm, collective_seq):
-        name, sig = cur[0], cur[2]
+        name, sig = cur.name, cur.sig
         return comm.allgather((name, tuple(resolve(sig)), collective_seq, self.host))
 
     def _raise_from(self, everyone, what):
         # Every rank raises it, with the same table: rank 0 reports it (chainermn_comm.voice).
-        raise voice.agreed(CommunicationError(disagreement_message(self.rank, what, everyone)),
-                           self.mpi_comm)
+        error = voice.agreed(CommunicationError(disagreement_message(self.rank, what, everyone,
+                                                                     self.world_of)), self.mpi_comm)
+        if self.rank == 0:  # printed later if this rank catches it and the others end with it
+            self.unreported = (everyone[self.rank][2], error)
+        raise error

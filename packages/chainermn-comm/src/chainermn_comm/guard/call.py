@@ -14,10 +14,11 @@ the caller only when ``trace.ON``) gives the event's ``bytes``/``dtype``/``op``/
 arguments, which otherwise come from the signature's shape, dtype and op when it has them.
 """
 
+import dataclasses
 import os
 import time
 
-from chainermn_comm import trace
+from chainermn_comm import trace, voice
 from chainermn_comm.guard import departure
 from chainermn_comm.guard import exit_check
 from chainermn_comm.guard import report
@@ -25,7 +26,7 @@ from chainermn_comm.guard import watchdog
 from chainermn_comm.guard.agreement import Agreement
 from chainermn_comm.guard.config import GuardConfig
 
-__all__ = ['CallGuard', 'invalid_input_sig']
+__all__ = ['CallGuard', 'Call', 'invalid_input_sig']
 
 
 def invalid_input_sig(problem):
@@ -33,12 +34,103 @@ def invalid_input_sig(problem):
     return ((report.INVALID_INPUT, '{}: {}'.format(type(problem).__name__, problem)),)
 
 
+@dataclasses.dataclass(eq=False)
+class Call:
+    """One checked call: the record that reports read, and the ``with`` context that checks it.
+
+    ``guard(name, sig, ...)`` makes one per call (so calls may nest); entering it numbers it
+    (:attr:`seq`, :attr:`number`: its collective number, 0 for point-to-point), stamps
+    :attr:`start` (``time.monotonic``), makes it the guard's :attr:`CallGuard.current` and runs
+    the agreement check; leaving it makes it :attr:`CallGuard.last`.
+    """
+
+    __slots__ = ('guard', 'name', 'sig', 'key', 'info', 'collective', 'payload', 'problem',
+                 'traced', 'seq', 'start', 'number', 'rows', 'trace_start', 'outer')
+    guard: object       # the CallGuard (None once the call has ended)
+    name: str
+    sig: object         # ((key, value), ...) all ranks must agree on, or a callable returning it
+    key: object         # a cheap stand-in for ``sig`` (ints and tuples), or None
+    info: dict          # shown in reports only (e.g. the peer of a send)
+    collective: bool
+    payload: object     # a small host array all-gathered with the check, or None
+    problem: object     # this rank's invalid argument (raised after the check), or None
+    traced: object      # the trace event's arguments, or None
+    seq: int            # the guard's number of this call (every call)
+    start: float        # when it was entered (time.monotonic)
+    number: int         # its collective number, 0 for a point-to-point call
+    rows: object        # every rank's payload after the check, or None
+    trace_start: object  # while tracing: when it was entered on the trace clock
+    outer: object       # the call this one runs inside of, or None
+
+    @classmethod
+    def record(cls, name, seq, sig=(), info=None, number=0, start=0.0):
+        """Return the record of a call that no guard runs (for reports and tests)."""
+        return cls(None, name, sig, None, info or {}, bool(number), None, None, None, seq, start,
+                   number, None, None, None)
+
+    def take_payload(self):
+        """Return every rank's payload gathered by the check (one array per rank, shaped and typed
+        like the payload, in rank order; valid until the next call), or None."""
+        rows, self.rows = self.rows, None
+        return rows
+
+    def __enter__(self):
+        guard = self.guard
+        guard.seq += 1
+        self.seq = guard.seq
+        if self.collective:
+            guard.collective_seq += 1
+            self.number = guard.collective_seq
+        self.start = arrived = time.monotonic()
+        self.outer = guard.current
+        guard.current = self
+        if trace.ON:
+            self.trace_start = trace.now()
+        agreement = guard.agreement
+        if self.number and (agreement.check or agreement.debug_comm is not None):
+            since = -1
+            if agreement.arrivals and guard._left is not None:
+                since = int((arrived - guard._left) * 1e6)
+            try:
+                self.rows = agreement.run(self, self.key, self.payload, self.number, since)
+            except BaseException:
+                guard.current = self.outer
+                self.trace_start = None
+                raise
+            if self.trace_start is not None:
+                trace.record('wait', 'wait', self.trace_start, trace.now(),
+                             {'call': self.number, 'collective': self.name})
+        if self.problem is not None:
+            self.__exit__(None, None, None)
+            raise self.problem
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        guard = self.guard
+        if guard is None:
+            return False
+        guard.last = self
+        guard.current = self.outer
+        self.outer = self.guard = self.rows = None  # a record now: it holds no guard alive
+        number = self.number
+        if number:
+            if exc_type is not None:
+                guard.failed_collective = number
+            if guard.agreement.arrivals:
+                guard._left = time.monotonic()
+        if self.trace_start is not None:
+            start, self.trace_start = self.trace_start, None
+            trace.record(self.name, 'comm', start, trace.now(), comm_args(self, self.traced))
+        return False
+
+
 class CallGuard:
     """Check that ranks agree on each collective call, report stalls and abort calls that hang.
 
     State: :attr:`config` (timeout, stall threshold, mode), :attr:`agreement` (the check),
     :attr:`watch` (the stall inspector), and the calls: :attr:`seq`, :attr:`collective_seq`,
-    :attr:`current` and :attr:`last` (``(name, seq, sig, start, info, collective number or 0)``).
+    :attr:`current` (the innermost :class:`Call` running, or None) and :attr:`last` (the last
+    one that ended).
     """
 
     def __init__(self, mpi_comm, timeout=None, debug=None, check=None, hosts=None):
@@ -49,11 +141,12 @@ class CallGuard:
         self.config = GuardConfig.resolve(self.size, timeout, debug, check)
         #: Every rank's host when the communicator knows them (else None).
         self.hosts = list(hosts) if hosts is not None else None
+        #: The world rank of each rank, or None on a communicator numbered as the whole job
+        #: (reports name ranks by their world rank, :func:`chainermn_comm.guard.report.who`).
+        self.world_of = voice.world_ranks(mpi_comm)
         self.agreement = Agreement(mpi_comm, self.rank, self.size, self.host, self.config.check,
-                                   self.config.debug, hosts)
+                                   self.config.debug, hosts, self.world_of)
         self.watch = watchdog.Watch(mpi_comm, self.config, self.size)
-        #: Every rank's payload after a checked call given ``payload=`` (see :meth:`take_payload`).
-        self.payload = None
         #: Number of guarded calls entered so far (point-to-point and collective).
         self.seq = 0
         #: Number of collective calls entered so far.
@@ -62,13 +155,8 @@ class CallGuard:
         self.last = None
         #: The number of the last collective call that raised on this rank (0: none did).
         self.failed_collective = 0
-        #: The next call, as described by ``__call__``: (name, sig, key, info, collective, payload,
-        #: problem, traced).
-        self._next = None
         #: When this rank left its last collective (time.monotonic; None before the first).
         self._left = None
-        #: While tracing: (start on the trace clock, traced) of the current call.
-        self._trace = None
         if self.watch.side is not None and self.config.exit_notice:
             # Before the debug mode's check at exit registers: the notices go after that check.
             departure.arm(self)
@@ -123,66 +211,15 @@ class CallGuard:
 
     def __call__(self, name, sig=(), collective=True, key=None, payload=None, problem=None,
                  traced=None, **info):
-        """Describe the next call; ``payload``: a C-contiguous host array of at most
-        ``PAYLOAD_BYTES`` to all-gather with the check (same size on every rank that agrees);
-        ``problem``: this rank's invalid argument, raised once every rank is in the check;
-        ``traced``: the trace event's arguments (see the module docstring)."""
+        """Return the context of the next call (a :class:`Call`); ``payload``: a C-contiguous host
+        array of at most ``PAYLOAD_BYTES`` to all-gather with the check (same size on every rank
+        that agrees; read it with :meth:`Call.take_payload`); ``problem``: this rank's invalid
+        argument, raised once every rank is in the check; ``traced``: the trace event's arguments
+        (see the module docstring)."""
         if problem is not None:
             sig, key = invalid_input_sig(problem), None
-        self._next = (name, sig, key, info, collective, payload, problem, traced)
-        return self
-
-    def take_payload(self):
-        """Return every rank's payload gathered by the check (one array per rank, shaped and typed
-        like the payload, in rank order; valid until the next call), or None."""
-        rows, self.payload = self.payload, None
-        return rows
-
-    def __enter__(self):
-        name, sig, key, info, collective, payload, problem, traced = self._next
-        self.seq += 1
-        number = 0
-        if collective:
-            self.collective_seq += 1
-            number = self.collective_seq
-        arrived = time.monotonic()
-        cur = self.current = (name, self.seq, sig, arrived, info, number)
-        self.payload = None
-        tracing = trace.ON
-        self._trace = (trace.now(), traced) if tracing else None
-        agreement = self.agreement
-        if number and (agreement.check or agreement.debug_comm is not None):
-            since = -1
-            if agreement.arrivals and self._left is not None:
-                since = int((arrived - self._left) * 1e6)
-            try:
-                self.payload = agreement.run(cur, key, payload, number, since)
-            except BaseException:
-                self.current = None
-                self._trace = None
-                raise
-            if tracing:
-                trace.record('wait', 'wait', self._trace[0], trace.now(),
-                             {'call': number, 'collective': name})
-        if problem is not None:
-            self.__exit__(None, None, None)
-            raise problem
-        return self
-
-    def __exit__(self, *exc):
-        cur = self.last = self.current
-        self.current = None
-        self.payload = None
-        if exc[0] is not None and cur is not None and cur[5]:
-            self.failed_collective = cur[5]
-        if cur is not None and cur[5] and self.agreement.arrivals:
-            self._left = time.monotonic()
-        if self._trace is not None:
-            start, traced = self._trace
-            self._trace = None
-            if cur is not None:
-                trace.record(cur[0], 'comm', start, trace.now(), comm_args(cur, traced))
-        return False
+        return Call(self, name, sig, key, info, collective, payload, problem, traced, 0, 0.0, 0,
+                    None, None, None)
 
     def device_timed(self):
         """Return a context whose device work (current CUDA stream) is this call's ``comm`` event.
@@ -191,9 +228,10 @@ class CallGuard:
         the guard, the work queued within this context is timed with CUDA events instead of
         the host time of the whole call.  Does nothing unless tracing.
         """
-        if self._trace is None:
+        cur = self.current
+        if cur is None or cur.trace_start is None:
             return _NO_DEVICE
-        return _DeviceTimed(self)
+        return _DeviceTimed(cur)
 
     # -- reports ----------------------------------------------------------------------------------
     def describe(self, cur):
@@ -205,7 +243,7 @@ class CallGuard:
         cur = self.current
         return {'host': self.host, 'pid': os.getpid(), 'collectives': self.collective_seq,
                 'call': None if cur is None else report.describe(cur),
-                'number': 0 if cur is None else cur[5]}
+                'number': 0 if cur is None else cur.number}
 
     def tick(self, now, thread):
         """Do this guard's watchdog work; return the seconds until it needs the thread again."""
@@ -223,11 +261,11 @@ def comm_args(cur, traced):
         args.setdefault('bytes', 0)
         args.setdefault('dtype', '')
         args.setdefault('op', '')
-        args['call'] = cur[5]
+        args['call'] = cur.number
         return args
-    args = {'bytes': 0, 'dtype': 'object' if cur[0].endswith('_obj') else '', 'op': '',
-            'call': cur[5]}
-    sig = cur[2]
+    args = {'bytes': 0, 'dtype': 'object' if cur.name.endswith('_obj') else '', 'op': '',
+            'call': cur.number}
+    sig = cur.sig
     if type(sig) is tuple:  # a callable signature costs time to build: not for a trace event
         shape = dtype = None
         for pair in sig:
@@ -276,8 +314,8 @@ _NO_DEVICE = _NoDevice()
 class _DeviceTimed:
     """Time the device work of a guarded call; the guard then records no host-timed event."""
 
-    def __init__(self, guard):
-        self.guard = guard
+    def __init__(self, call):
+        self.call = call
         self.token = None
 
     def __enter__(self):
@@ -285,10 +323,9 @@ class _DeviceTimed:
         return self
 
     def __exit__(self, *exc):
-        guard = self.guard
-        if guard._trace is None or guard.current is None:
+        call = self.call
+        if call.trace_start is None or call.guard is None:
             return False
-        traced = guard._trace[1]
-        guard._trace = None
-        trace.end(self.token, guard.current[0], 'comm', comm_args(guard.current, traced))
+        call.trace_start = None
+        trace.end(self.token, call.name, 'comm', comm_args(call, call.traced))
         return False

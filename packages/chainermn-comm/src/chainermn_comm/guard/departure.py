@@ -30,12 +30,15 @@ import atexit
 import threading
 import time
 
-from chainermn_comm import process
+from chainermn_comm import process, voice
+from chainermn_comm.voice import who, world
 from chainermn_comm.guard import exit_status
 from chainermn_comm.guard.report import describe_wait
+from chainermn_comm.guard.side_channel import mpi_lock
 from chainermn_comm.protocol import RANK_GONE_EXIT_STATUS
 
-__all__ = ['arm', 'leave', 'blocking', 'gone_line', 'job_status', 'P2P_GRACE', 'DEFER', 'NOTICE_WAIT']
+__all__ = ['arm', 'leave', 'blocking', 'interrupted', 'gone_line', 'job_status', 'report_caught', 'P2P_GRACE', 'DEFER',
+           'NOTICE_WAIT']
 
 #: Seconds a point-to-point call with a rank that left may still finish (its message may be on
 #: the way) before the job is ended.
@@ -65,7 +68,8 @@ def arm(guard):
 def _notice(guard, why, status):
     failed = guard.failed_collective and guard.failed_collective == guard.collective_seq
     return {'rank': guard.rank, 'host': guard.host, 'why': why, 'status': status,
-            'collectives': guard.collective_seq, 'failed': bool(failed)}
+            'collectives': guard.collective_seq, 'failed': bool(failed),
+            'interrupted': exit_status.interrupted()}
 
 
 def leave(guard, why, status=None):
@@ -82,12 +86,11 @@ def leave(guard, why, status=None):
 
 def _send(guard, why, status):
     """Send ``guard``'s notice to every other rank that has not left (once); return whether it did."""
-    from chainermn_comm.guard import watchdog
     watch = guard.watch
     if watch.left or watch.side is None or not guard.config.exit_notice:
         return False
     watch.left = True
-    with watchdog.mpi_lock():
+    with mpi_lock():
         side = watch.side
         if side is None or _finalized():
             return False
@@ -107,13 +110,12 @@ def _take_notices(guards):
     answer each other with their notices.  Only a rank that no longer serves its channel (frozen,
     or in ``MPI_Finalize`` already) leaves this rank waiting the whole ``NOTICE_WAIT``.
     """
-    from chainermn_comm.guard import watchdog
     deadline = time.monotonic() + NOTICE_WAIT
     pending = list(guards)
     pause = 0.001
     while pending and time.monotonic() < deadline:
         left = []
-        with watchdog.mpi_lock():
+        with mpi_lock():
             for g in pending:
                 side = g.watch.side
                 if side is None or _finalized():
@@ -139,11 +141,10 @@ def _finalized():
 def _at_exit():
     """Program exit: abort under the except hook for a non-zero ``sys.exit``, else exchange notices."""
     try:
-        if _finalized():
+        if exit_status.forked() or _finalized():  # a fork()ed child's end is not this rank's
             return
         status, why = exit_status.leaving()
-        from chainermn_comm import global_except_hook
-        if exit_status.exit_called() and global_except_hook.abort_on_exit_status(status):
+        if exit_status.exit_called() and exit_status.abort_for(status):
             return
         with _lock:
             guards = list(_guards)
@@ -151,8 +152,27 @@ def _at_exit():
         # Every notice goes out before this rank waits for any: no two ranks wait on each other.
         sent = [g for g in guards if _send(g, why, status)]
         _take_notices(sent)
+        for g in guards:
+            side = g.watch.side
+            for notice, _ in (side.departed.values() if side is not None else ()):
+                report_caught(g, notice)
     except Exception:
         pass
+
+
+def report_caught(guard, notice):
+    """Print the error every rank raised together that this rank caught, when ``notice``'s rank ended with it.
+
+    The reporting rank (rank 0 of the communicator) prints such an error when it is not caught;
+    when that rank catches it and goes on while the others end with it, it prints it here (before
+    it ends the job, or at its exit), so that the report is never lost.
+    """
+    pending = guard.agreement.unreported
+    if pending is None or not notice.get('status') or notice.get('collectives') != pending[0]:
+        return  # not ended with an error right after that call
+    guard.agreement.unreported = None
+    if not voice.shown(pending[1]):
+        voice.report_caught(pending[1], 'at collective call #{}'.format(pending[0]))
 
 
 def blocking(cur, departed, now):
@@ -162,14 +182,23 @@ def blocking(cur, departed, now):
     collectives, or inside this one.  A point-to-point call waits for its peer only, which may
     have sent before it left: it gets ``P2P_GRACE`` seconds.
     """
-    number, info = cur[5], cur[4]
+    number, info = cur.number, cur.info
     for peer, (notice, seen) in sorted(departed.items()):
         if number:
             done = notice['collectives']
             if number > done or (number == done and notice['failed']):
                 return peer, notice
         elif peer in (info.get('source'), info.get('dest')) and \
-                now - max(seen, cur[3]) >= P2P_GRACE:
+                now - max(seen, cur.start) >= P2P_GRACE:
+            return peer, notice
+    return None
+
+
+def interrupted(cur, departed, now):
+    """Return ``(rank, notice)`` of a rank that Ctrl-C ended, once call ``cur`` has waited ``P2P_GRACE``
+    seconds since, else None: the job is being interrupted, so no call waits for it to finish."""
+    for peer, (notice, seen) in sorted(departed.items()):
+        if notice.get('interrupted') and now - max(seen, cur.start) >= P2P_GRACE:
             return peer, notice
     return None
 
@@ -183,7 +212,9 @@ def job_status(notice):
 def gone_line(guard, cur, notice, status):
     """Return the one line of a rank that ends the job because ``notice``'s rank left."""
     where = 'in its collective call' if notice['failed'] else 'at collective call'
-    return ('chainermn: rank {} (host {}) {} {} #{}; rank {} (host {}) waits in {}, which rank {} '
-            'will never join: ending the job with MPI_Abort({})'.format(
-                notice['rank'], notice['host'], notice['why'], where, notice['collectives'],
-                guard.rank, guard.host, describe_wait(cur), notice['rank'], status))
+    world_of = getattr(guard, 'world_of', None)
+    return ('chainermn: {} {} {} #{}; {} waits in {}, which rank {} will never join: ending the job '
+            'with MPI_Abort({})'.format(
+                who(notice['rank'], notice['host'], world_of), notice['why'], where,
+                notice['collectives'], who(guard.rank, guard.host, world_of), describe_wait(cur),
+                world(notice['rank'], world_of), status))

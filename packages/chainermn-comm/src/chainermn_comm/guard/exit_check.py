@@ -10,6 +10,7 @@ import threading
 import weakref
 
 from chainermn_comm._errors import CommunicationError
+from chainermn_comm.guard import exit_status
 from chainermn_comm.guard.report import EXIT_CALL
 from chainermn_comm.log import get_logger
 
@@ -23,6 +24,7 @@ _installed = [False]
 
 def register(guard):
     """Check ``guard`` once more at program exit (before MPI_Finalize)."""
+    exit_status.note_process()  # a fork()ed child's exit does not check (no sys.exit wrapper)
     with _lock:
         _guards.append(weakref.ref(guard))
         if not _installed[0]:
@@ -32,6 +34,8 @@ def register(guard):
 
 
 def _check_at_exit():
+    if exit_status.forked():
+        return
     try:
         from mpi4py import MPI
         if not MPI.Is_initialized() or MPI.Is_finalized():

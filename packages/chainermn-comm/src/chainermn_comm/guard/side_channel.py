@@ -21,9 +21,10 @@ communicator that MPI gave the same context.
 
 import itertools
 import random
+import threading
 import time
 
-__all__ = ['SideChannel', 'side_channel_available', 'ANSWER_WAIT']
+__all__ = ['SideChannel', 'side_channel_available', 'mpi_lock', 'ANSWER_WAIT']
 
 _REQ = 1
 _REP = 2
@@ -32,6 +33,15 @@ _ACK = 4
 #: Seconds a stalled rank waits for the other ranks' answers before it prints its report.
 ANSWER_WAIT = 5.0
 _query_ids = itertools.count(1)
+#: Held by whoever calls MPI on a side channel (the watchdog thread; a rank sending its exit
+#: notice); the watchdog takes it for good at program exit (before MPI_Finalize) and when it
+#: ends the job.
+_MPI_LOCK = threading.Lock()
+
+
+def mpi_lock():
+    """Return the lock held while a side channel is used (see ``_MPI_LOCK``)."""
+    return _MPI_LOCK
 
 
 def side_channel_available():

@@ -18,6 +18,7 @@ import collections
 
 from chainermn_comm import settings
 from chainermn_comm import trace
+from chainermn_comm.voice import who
 from chainermn_comm.log import get_logger
 from chainermn_comm.protocol import STRAGGLER_ENV
 
@@ -39,17 +40,18 @@ def enabled():
     return settings.read(STRAGGLER_ENV)
 
 
-def format_line(rank, host, late_ms, count, window):
-    """Return the line that names a straggler."""
-    return ('chainermn: straggler: rank {} (host {}) arrives {:.1f} ms after the median at {} of '
-            'the last {} updates'.format(rank, host, late_ms, count, window))
+def format_line(rank, host, late_ms, count, window, world_of=None):
+    """Return the line that names a straggler (``world_of``: see :func:`.report.world`)."""
+    return ('chainermn: straggler: {} arrives {:.1f} ms after the median at {} of '
+            'the last {} updates'.format(who(rank, host, world_of), late_ms, count, window))
 
 
 class Detector:
     """Rank 0's view of the arrivals at gradient all-reduces; names each straggler once."""
 
-    def __init__(self, hosts):
+    def __init__(self, hosts, world_of=None):
         self.hosts = list(hosts)
+        self.world_of = world_of
         #: One entry per update: (latest rank, its lateness in us) when it counted, else None.
         self.window = collections.deque(maxlen=WINDOW)
         self.named = set()
@@ -83,7 +85,7 @@ class Detector:
         k = len(lates)
         late_ms = (lates[k // 2] if k % 2 else (lates[k // 2 - 1] + lates[k // 2]) / 2.0) / 1e3
         host = self.hosts[rank] if rank < len(self.hosts) else '?'
-        line = format_line(rank, host, late_ms, k, len(self.window))
+        line = format_line(rank, host, late_ms, k, len(self.window), self.world_of)
         # The default handler prints the line as it is (no rank/host prefix: it names another
         # rank); a handler of the user's gets it as the record's message.
         _log.warning('%s', line, extra={'chainermn_plain': True})

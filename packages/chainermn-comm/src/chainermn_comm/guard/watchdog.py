@@ -16,9 +16,10 @@ import threading
 import time
 import weakref
 
+from chainermn_comm import voice
 from chainermn_comm.guard import departure
 from chainermn_comm.guard import report
-from chainermn_comm.guard.side_channel import SideChannel, side_channel_available
+from chainermn_comm.guard.side_channel import SideChannel, mpi_lock, side_channel_available
 from chainermn_comm.log import get_logger
 from chainermn_comm.protocol import (RANK_GONE_EXIT_STATUS, STALL_SECONDS_ENV, TIMEOUT_ENV,
                                      UNRESPONSIVE_SECONDS_ENV, WATCHDOG_EXIT_STATUS)
@@ -46,7 +47,7 @@ class _Thread(threading.Thread):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         #: Held while the thread makes MPI calls; taken for good at program exit (before MPI_Finalize).
-        self.mpi_lock = threading.Lock()
+        self.mpi_lock = mpi_lock()
         self.closed = False
 
     def add(self, guard):
@@ -92,11 +93,6 @@ def watch(guard):
             atexit.register(_thread.close)
             _thread.start()
     _thread.add(guard)
-
-
-def mpi_lock():
-    """Return the lock the watchdog thread holds while it calls MPI (a fresh one before it starts)."""
-    return _thread.mpi_lock if _thread is not None else threading.Lock()
 
 
 def _mpi_finalized():
@@ -164,10 +160,10 @@ class Watch:
                 side.cancel()  # that call ended: its queries and silences are over
         if cur is None:
             return wait if timeout <= 0 else min(wait, timeout / 4.0)
-        elapsed = now - cur[3]
+        elapsed = now - cur.start
         if self.pending is not None and now >= self.pending[1]:
             end_job(guard, self.pending[2], self.pending[3])
-        if side is not None and side.departed and cur[0] != report.EXIT_CALL:
+        if side is not None and side.departed and cur.name != report.EXIT_CALL:
             self._check_departed(guard, cur, side, now)
         if timeout > 0:
             if elapsed >= timeout:
@@ -219,7 +215,7 @@ class Watch:
                 line = report.unresponsive_line(
                     guard.rank, guard.host, peer, answer['host'] if answer else guard.hosts_of(peer),
                     silent, report.describe_wait(cur), _last_answer(answer), UNRESPONSIVE_SECONDS_ENV,
-                    RANK_GONE_EXIT_STATUS)
+                    RANK_GONE_EXIT_STATUS, guard.world_of)
                 self._end(guard, cur, now, line, RANK_GONE_EXIT_STATUS,
                           lambda p: p not in side.departed and side.silent_for(p, now) < limit)
                 break
@@ -228,12 +224,20 @@ class Watch:
         return max(0.1, min(SERVE_PERIOD, self.next_ask - now))
 
     def _check_departed(self, guard, cur, side, now):
-        found = departure.blocking(cur, side.departed, now)
+        found = departure.blocking(cur, side.departed, now) or \
+            departure.interrupted(cur, side.departed, now)
         if found is None:
             return
         notice = found[1]
+        departure.report_caught(guard, notice)
         status = departure.job_status(notice)
-        line = departure.gone_line(guard, cur, notice, status)
+        if notice.get('interrupted'):
+            # Ctrl-C: the job's one report is rank 0's (here or in its excepthook), no gone line.
+            if voice.world_rank() == 0:
+                voice.report_interrupt_here(frame=_main_frame())
+            line = None
+        else:
+            line = departure.gone_line(guard, cur, notice, status)
         self._end(guard, cur, now, line, status, lambda p: p not in side.departed)
 
     def _end(self, guard, cur, now, line, status, alive):
@@ -253,10 +257,11 @@ class Watch:
         side = self.side
         departed = {p: n for p, (n, _) in side.departed.items()} if side is not None else None
         try:
-            _log.warning('%s', report.format_stall_report(
-                guard.rank, guard.size, guard.host, report.describe(cur), elapsed, cur[5], answers,
-                guard.config.timeout, STALL_SECONDS_ENV, TIMEOUT_ENV, why, departed,
-                guard.config.unresponsive_seconds, UNRESPONSIVE_SECONDS_ENV).rstrip('\n'))
+            _log.warning('%s', report.format_stall_report(report.Stall(
+                guard.rank, guard.size, guard.host, report.describe(cur), elapsed, cur.number,
+                answers, guard.config.timeout, STALL_SECONDS_ENV, TIMEOUT_ENV, why, departed,
+                guard.config.unresponsive_seconds, UNRESPONSIVE_SECONDS_ENV,
+                guard.world_of)).rstrip('\n'))
         except Exception:
             pass
 
@@ -300,11 +305,20 @@ def _abort(status, grace):
         os._exit(status)
 
 
+def _main_frame():
+    """Return the main thread's current frame, or None."""
+    try:
+        return sys._current_frames().get(threading.main_thread().ident)
+    except Exception:
+        return None
+
+
 def end_job(guard, line, status):
-    """Print ``line`` (one line, as it is) and end the whole job with MPI_Abort(``status``)."""
+    """Print ``line`` (one line, as it is; None: nothing) and end the whole job with MPI_Abort(``status``)."""
     _hold_mpi_lock()
     try:
-        _log.critical('%s', line, extra={'chainermn_plain': True})
+        if line is not None:
+            _log.critical('%s', line, extra={'chainermn_plain': True})
         sys.stderr.flush()
     except Exception:
         pass
@@ -320,11 +334,11 @@ def fire(guard, cur, elapsed):
         last = 'none' if guard.last is None else report.describe(guard.last)
         checking = ''
         if guard.agreement.in_check and guard.agreement.debug_comm is not None \
-                and cur[0] != report.EXIT_CALL:
+                and cur.name != report.EXIT_CALL:
             checking = ' (in the agreement check before it)'
         _log.critical('%s', report.watchdog_message(
             guard.rank, guard.size, report.describe(cur), checking, elapsed, guard.config.timeout,
-            TIMEOUT_ENV, guard.host, last, WATCHDOG_EXIT_STATUS))
+            TIMEOUT_ENV, guard.host, last, WATCHDOG_EXIT_STATUS, guard.world_of))
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()

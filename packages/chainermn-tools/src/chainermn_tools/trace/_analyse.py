@@ -10,15 +10,12 @@ compute events), ``wait`` (inside an agreement check: waiting for the other rank
 
 import collections
 
-import numpy
-
 from chainermn_tools.trace._intervals import union
+from chainermn_tools.trace._stats import CATEGORIES, median, p95
+from chainermn_tools.trace._straggler import find_stragglers
 
 __all__ = ['CATEGORIES', 'RankStats', 'Report', 'analyse_rank', 'analyse', 'median', 'p95',
            'main_tid', 'windows_of']
-
-#: The categories of an iteration, in the order that decides which one an instant belongs to.
-CATEGORIES = ('compute', 'wait', 'comm', 'io', 'eval', 'data', 'other')
 
 #: One rank: ``windows`` [(start_us, end_us, iteration)], ``per_iter`` {category or 'iteration':
 #: [ms per iteration]}, ``comm_ms`` / ``exposed_ms`` (whole run, wait excluded), ``hidden`` (share
@@ -31,16 +28,6 @@ RankStats = collections.namedtuple('RankStats', ['rank', 'host', 'windows', 'per
 #: ``stragglers`` [Straggler], ``best_bandwidth`` (GB/s, rank) or None, ``notes`` [str].
 Report = collections.namedtuple('Report', ['trace', 'ranks', 'median_iteration_ms', 'stragglers',
                                            'best_bandwidth', 'notes'])
-
-
-def median(values):
-    """Return the median of ``values`` (NaN when empty)."""
-    return float(numpy.median(values)) if len(values) else float('nan')
-
-
-def p95(values):
-    """Return the 95th percentile of ``values`` (linear interpolation; NaN when empty)."""
-    return float(numpy.percentile(values, 95)) if len(values) else float('nan')
 
 
 def main_tid(events, threads, rank):
@@ -134,7 +121,6 @@ def analyse_rank(rank, host, events, threads):
 
 def analyse(trace):
     """Return the Report of a loaded Trace (see chainermn_tools.trace._load)."""
-    from chainermn_tools.trace._straggler import find_stragglers
     by_rank = collections.defaultdict(list)
     for ev in trace.events:
         by_rank[ev.get('pid')].append(ev)

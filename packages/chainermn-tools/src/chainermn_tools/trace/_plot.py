@@ -6,7 +6,7 @@ for the caller).  matplotlib is optional: ``pip install "chainermn-tools[plot]"`
 
 from chainermn_comm import safe_files
 
-from chainermn_tools.trace._analyse import median
+from chainermn_tools.trace._stats import median
 
 __all__ = ['COLORS', 'PlotUnavailable', 'write_png']
 

@@ -13,7 +13,7 @@ import bisect
 import collections
 import statistics
 
-from chainermn_tools.trace._analyse import CATEGORIES, median
+from chainermn_tools.trace._stats import CATEGORIES, median
 
 __all__ = ['Straggler', 'THRESHOLD', 'find_stragglers', 'lateness']
 

@@ -3,7 +3,7 @@
 import math
 import textwrap
 
-from chainermn_tools.trace._analyse import median, p95
+from chainermn_tools.trace._stats import median, p95
 from chainermn_tools.trace._hooks import hook_lines
 from chainermn_tools.trace._straggler import THRESHOLD
 
