@@ -13,7 +13,7 @@ import numpy
 
 import chainermn_comm
 from chainermn_train import create_multi_node_checkpointer
-from chainermn_train.checkpoint._background import KILL_ENV
+from chainermn_train.checkpoint import _background
 
 
 class Model(chainer.Link):
@@ -32,7 +32,7 @@ def write(comm, path, arm):
         cp.save(model, iteration=it)
         model.W.array[...] = -1   # training goes on: what was copied at the save is written
     cp.settle()   # 10 is complete
-    os.environ[KILL_ENV] = arm
+    _background.kill_at = arm
     model.W.array[...] = 15
     cp.save(model, iteration=15)
     model.W.array[...] = -1

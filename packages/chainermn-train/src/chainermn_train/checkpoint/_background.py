@@ -6,8 +6,8 @@ which is bounded: a write that has not finished in time is reported as such, nev
 thread goes on; the next save waits for it again).  A process that exits without finalizing its
 checkpointer still waits for the write in flight (``atexit``, bounded).
 
-``CHAINERMN_TEST_CHECKPOINT_KILL`` (``POINT`` or ``POINT@RANK``; internal, for the crash tests)
-makes the process SIGKILL itself at the named point of a save: see :data:`KILL_POINTS`.
+:data:`kill_at` (``'POINT'`` or ``'POINT@RANK'``; a test hook that only code sets, never the
+environment) makes the process SIGKILL itself at the named point of a save: see :data:`KILL_POINTS`.
 """
 
 import atexit
@@ -17,12 +17,11 @@ import threading
 import time
 import weakref
 
-from chainermn_comm.settings import TEST_PREFIX
+__all__ = ['InFlight', 'Outcome', 'KILL_POINTS', 'kill_at', 'kill_point', 'EXIT_WAIT_SECONDS']
 
-__all__ = ['InFlight', 'Outcome', 'KILL_POINTS', 'KILL_ENV', 'kill_point', 'EXIT_WAIT_SECONDS']
-
-#: Internal test hook: ``POINT`` or ``POINT@RANK`` kills this process (SIGKILL) at that point.
-KILL_ENV = TEST_PREFIX + 'CHECKPOINT_KILL'
+#: Test hook (the crash tests set it): ``'POINT'`` or ``'POINT@RANK'`` kills this process
+#: (SIGKILL) when a save reaches that point; None (always, outside those tests): never.
+kill_at = None
 #: The points of a save at which :data:`KILL_ENV` may kill, in the order a save meets them.
 KILL_POINTS = ('before-copy', 'after-copy', 'mid-write', 'before-rename', 'after-rename',
                'before-agreement', 'before-record', 'after-record')
@@ -31,8 +30,8 @@ EXIT_WAIT_SECONDS = 600.0
 
 
 def kill_point(point, rank):
-    """SIGKILL this process if :data:`KILL_ENV` names ``point`` (and ``rank``, when it names one)."""
-    want = os.environ.get(KILL_ENV)
+    """SIGKILL this process if :data:`kill_at` names ``point`` (and ``rank``, when it names one)."""
+    want = kill_at
     if not want:
         return
     name, _, who = want.partition('@')

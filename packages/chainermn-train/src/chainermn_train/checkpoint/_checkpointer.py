@@ -1,7 +1,9 @@
 """Generational per-rank snapshots that let a whole job resume from the newest common iteration.
 
 Files are named ``<name>.<rank>.<iteration>`` (NumPy ``.npz`` content written by Chainer's
-serializers, with no pickled object: see ``_safe_npz``).  Every file is written through
+serializers, with no pickled object: see ``_safe_npz``).  By default a save copies the snapshot
+into host buffers and a background thread writes it (``_saving``); ``settle`` agrees which
+generations every rank finished (``_complete``).  Every file is written through
 ``chainermn_comm.safe_files``: a new file under an unpredictable name in the same directory,
 flushed, ``fsync``-ed and renamed over the final name (then the directory is ``fsync``-ed), so a
 crash mid-write never leaves a file under a final name and a name planted by someone else is never
@@ -31,11 +33,12 @@ opts in to start fresh (``start_fresh=True`` or ``CHAINERMN_START_FRESH=1``).  F
 job of another world size are removed only once a complete generation of the current size exists;
 files of another run are never removed.
 
-This module is the extension; its jobs live beside it: ``_writer`` (how a file is written and
-removed), ``_policy`` (what may be trusted, the error classes, raising together), ``_owner`` (which
-job writes the directory), ``_lineage`` (run identity, optimizer), ``_generations`` (listing,
-completeness, garbage collection), ``_load`` (agreement on a generation, resharding) and
-``_launch_status`` (progress for ``python -m chainermn launch``).  Each time it runs as an
+This module is the extension; its jobs live beside it: ``_saving`` (a save, synchronous or in
+the background, and the agreement on it: ``_staging``, ``_background``, ``_complete``),
+``_writer`` (how a file is written and removed), ``_policy`` (what may be trusted, the error
+classes, raising together), ``_owner`` (which job writes the directory), ``_lineage`` (run
+identity, optimizer), ``_generations`` (listing, garbage collection), ``_load`` (agreement on a
+generation, resharding), ``_launch_status`` (progress for ``python -m chainermn launch``).  As an
 extension it also compares the model's parameters across ranks (``chainermn_train._fingerprint``).
 """
 
@@ -45,15 +48,12 @@ import time
 import warnings
 
 import chainer
-import numpy
 
 from chainermn_comm import safe_files, trace, voice
 
 from chainermn_train import _fingerprint, _trainer_run
 from chainermn_train.checkpoint import (_background, _complete, _generations, _launch_status, _lineage,
-                                        _load, _made, _owner, _policy, _resize, _safe_npz, _shards,
-                                        _staging, _writer)
-from chainermn_train.checkpoint._background import kill_point
+                                        _load, _made, _owner, _policy, _saving, _staging, _writer)
 from chainermn_train.checkpoint._policy import (ALLOW_PICKLE_ENV, START_FRESH_ENV, CheckpointInUseError,
                                                 CheckpointWarning, SnapshotUnusableError,
                                                 UnsafeCheckpointError)
@@ -65,15 +65,6 @@ __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_mu
 
 #: ``(directory, name)`` of the stray files already warned about (one warning per process).
 _WARNED_STRAY = set()
-
-
-def _iteration_of(obj):
-    if isinstance(obj, chainer.training.Trainer):
-        return int(obj.updater.iteration)
-    it = getattr(obj, 'iteration', None)
-    if isinstance(it, (int, numpy.integer)) and not isinstance(it, bool):
-        return int(it)
-    return None
 
 
 class MultiNodeCheckpointer(chainer.training.Extension):
@@ -95,13 +86,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         allow_shared (bool or None): trust a directory that other users own or can write, and
             their files (only for a directory you really share with people you trust).  None:
             ``$CHAINERMN_TRUST_SHARED`` decides.
-        background (bool): write snapshots from a background thread (default): a save copies
-            what the snapshot holds into host buffers and returns; the write, its ``fsync`` and
-            rename go on while training does.  A save that fails is reported and counted, and
-            training goes on.  False: every save writes before it returns, and a save that
-            fails raises, as before.
-        write_timeout (float): longest wait, in seconds, for the write in flight (at the next
-            save, at the agreement, at the end); a write still running then is reported.
+        background (bool): a save copies the snapshot into host buffers and a background thread
+            writes it while training goes on (default); a failing save is reported and counted,
+            not raised.  False: each save is written (or raises) before it returns.
+        write_timeout (float): longest wait (seconds) for the write in flight; then it is reported.
     """
 
     trigger = 1, 'epoch'
@@ -125,8 +113,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.background = bool(background)
         if isinstance(write_timeout, bool) or not isinstance(write_timeout, (int, float)) \
                 or not write_timeout > 0:
-            raise ValueError('write_timeout must be a positive number of seconds; got {!r}'.format(
-                write_timeout))
+            raise ValueError('write_timeout must be a positive number of seconds; got {!r}'
+                             .format(write_timeout))
         self.write_timeout = float(write_timeout)
         self._flight = _background.InFlight()
         self._staging = _staging.Staging()
@@ -290,181 +278,20 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         """
         with trace.span('checkpoint save', 'io'):
             if self.background:
-                return self._save_background(obj, iteration)
-            return self._save(obj, iteration)
-
-    def _iteration(self, obj, iteration):
-        if iteration is None:
-            iteration = _iteration_of(obj)
-        if iteration is None:
-            iteration = self._counter + 1
-        return int(iteration)
-
-    def _save(self, obj, iteration):
-        start = time.monotonic()
-        iteration = self._iteration(obj, iteration)
-        self._ensure_ready()
-        final = self.filename(iteration)
-        meta = self._meta(obj, iteration)
-        size = _writer.write_atomically(final, lambda f: _safe_npz.write(f, obj, meta))
-        self._counter = iteration
-        st = self._stats
-        st['saves'] += 1
-        st['bytes_saved'] += size
-        st['last_saved_iteration'] = iteration
-        self._saves_since_gc += 1
-        if self._saves_since_gc >= self.gc_interval:
-            self._saves_since_gc = 0
-            self.collect()
-        st['save_seconds'] += time.monotonic() - start
-        return final
-
-    # -- saving in the background ---------------------------------------------------------
-    def _save_background(self, obj, iteration):
-        """Copy the snapshot into the staging buffers and start its write; return the file name.
-
-        A save that cannot be made (the write before it never finished, the directory cannot be
-        written) returns None; it is reported at the next agreement (or at the end) and counted.
-        """
-        start = time.monotonic()
-        iteration = self._iteration(obj, iteration)
-        kill_point('before-copy', self.comm.rank)
-        if not self._drain():   # the staging buffers are still being written
-            self._pending.append(_background.Outcome(iteration, error=TimeoutError(
-                'the write of iteration {} before it had not finished after {:.0f} s'.format(
-                    self._flight_iteration(), self.write_timeout))))
-            return None
-        problem = self._readiness_problem()
-        if problem is not None:
-            self._pending.append(_background.Outcome(iteration, error=problem))
-            return None
-        final = self.filename(iteration)
-        meta = self._meta(obj, iteration)
-        meta[_complete.BACKGROUND_KEY] = 1
-        arrays = _safe_npz.to_arrays(self._staging.copy(_staging.capture(obj)), meta)
-        kill_point('after-copy', self.comm.rank)
-        rank = self.comm.rank
-        self._flight.start(iteration, lambda: _writer.write_atomically(
-            final, lambda f: _safe_npz.write_arrays(f, arrays), rank))
-        self._counter = iteration
-        self._saves_since_gc += 1
-        if self._saves_since_gc >= self.gc_interval:
-            self._saves_since_gc = 0
-            self.collect()
-        self._stats['save_seconds'] += time.monotonic() - start
-        return final
-
-    def _flight_iteration(self):
-        return self._flight._iteration
-
-    def _drain(self, timeout=None):
-        """Wait (bounded) for this rank's write in flight and keep its outcome; return whether none is left.
-
-        Not a collective.  The wait is its own trace event (``checkpoint wait``).
-        """
-        if not self._flight.busy:
-            return True
-        start = time.monotonic()
-        with trace.span('checkpoint wait', 'io'):
-            outcome = self._flight.wait(self.write_timeout if timeout is None else timeout)
-        self._stats['wait_seconds'] += time.monotonic() - start
-        if outcome is None:
-            return True
-        self._pending.append(outcome)
-        if outcome.ok:
-            st = self._stats
-            st['saves'] += 1
-            st['bytes_saved'] += outcome.size
-            st['write_seconds'] += outcome.seconds
-            st['last_saved_iteration'] = outcome.iteration
-        if len(self._pending) > 8:   # saves without agreements between them: say it here
-            self._report_alone(self._pending[:-8])
-            del self._pending[:-8]
-        return outcome.finished
-
-    def _report_alone(self, outcomes):
-        """Report, on this rank only (no agreement comes), the saves among ``outcomes`` that failed."""
-        for o in outcomes:
-            if not o.ok:
-                self._stats['failed_saves'] += 1
-                self._stats.setdefault('failed_alone', 0)
-                self._stats['failed_alone'] += 1
-                warnings.warn('rank {}: the snapshot of iteration {} of {!r} was not written: {}; '
-                              'the newest complete generation stays'.format(
-                                  self.comm.rank, o.iteration, self.name, o.why()),
-                              CheckpointWarning, stacklevel=4)
+                return _saving.save_background(self, obj, iteration)
+            return _saving.save_sync(self, obj, iteration)
 
     def settle(self):
         """Wait for this rank's write in flight, agree on every rank's, and record complete generations.
 
         Collective: every rank calls it at the same point (the extension does before each save;
-        the preemption handler after its save).  A generation is recorded complete when every
-        rank's write of it finished.  A save that failed on any rank is reported once for the job
-        (naming the ranks and why), counted, and the files the other ranks wrote of it are
-        removed: the newest complete generation stays and the next save tries again.
+        the preemption handler after its save).  Returns the newest generation it found
+        complete, or None.  See ``_saving.settle``.
         """
-        self._drain()
-        mine = [(o.iteration, o.ok, o.why()) for o in self._pending]
-        self._pending = []
-        kill_point('before-agreement', self.comm.rank)
-        views = self.comm.allgather_obj(mine)
-        reports = {}
-        for r, outcomes in enumerate(views):
-            for it, ok, why in outcomes:
-                reports.setdefault(it, {})[r] = (ok, why)
-        failed = sorted(it for it, rs in reports.items() if any(not ok for ok, _ in rs.values()))
-        done = sorted(it for it, rs in reports.items()
-                      if it not in failed and len(rs) == self.comm.size)
-        for it in failed:
-            self._stats['failed_saves'] += 1
-            if reports[it].get(self.comm.rank, (False,))[0]:
-                self._remove(self.filename(it))   # an incomplete generation is not kept
-        if done:
-            self._committed.update(done)
-            kill_point('before-record', self.comm.rank)
-            self._write_record()
-            kill_point('after-record', self.comm.rank)
-        if failed:
-            newest = max(self._committed) if self._committed else None
-            voice.warn_all('chainermn checkpoint {!r}: {}; the files of it that were written are '
-                           'removed, the newest complete generation ({}) stays, training goes on and '
-                           'the next save tries again'.format(
-                               self.name, '; '.join('the save of iteration {} failed on rank(s) {}'
-                                                    .format(it, ', '.join(
-                                                        '{} ({})'.format(r, why) for r, (ok, why)
-                                                        in sorted(reports[it].items()) if not ok))
-                                                    for it in failed),
-                               'iteration {}'.format(newest) if newest is not None else 'none yet'),
-                           CheckpointWarning, self.comm.rank, stacklevel=3)
-        return done[-1] if done else None
+        return _saving.settle(self)
 
-    def _write_record(self):
-        mine = set(self.local_iterations())
-        try:
-            _complete.write_record(self.path, self.name, self.comm.rank, self.run_id,
-                                   sorted(self._committed & mine))
-        except OSError as e:
-            warnings.warn('rank {}: could not record the complete generations of {!r} in {}: {}; '
-                          'they still load while every rank\'s file of them is on disk'.format(
-                              self.comm.rank, self.name, self.path, e), CheckpointWarning, stacklevel=4)
-
-    def _complete_floor(self, files, meta_of):
-        """Return the newest iteration known complete (agreed, or every rank's file seen), or -1."""
-        size = self.comm.size
-        by_it = {}
-        for r, it in files:
-            by_it.setdefault(it, set()).add(r)
-        seen = [it for it, ranks in by_it.items() if all(r in ranks for r in range(size)) and all(
-            isinstance(meta_of(it, r), dict) and meta_of(it, r).get('world_size') == size
-            for r in range(size))]
-        return max(list(self._committed) + seen + [-1])
-
-    def _meta(self, obj, iteration):
-        meta = _resize.generation_meta(obj, self.comm, iteration)
-        meta[_lineage.RUN_KEY] = self.run_id
-        meta.update(_lineage.optimizer_meta(obj))
-        meta.update(_shards.meta())
-        return meta
+    def _drain(self, timeout=None):
+        return _saving.drain(self, timeout)
 
     def collect(self):
         """Remove this rank's snapshots older than the newest ``cp_interval`` ones.
@@ -481,7 +308,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             return metas[(it, r)]
 
         files = self.visible_files()
-        floor = self._complete_floor(files, meta_of) if self.background else None
+        floor = _saving.complete_floor(self, files, meta_of) if self.background else None
         for r, it in _generations.files_to_collect(files, self.comm.rank, self.comm.size,
                                                    self.cp_interval, meta_of, self.run_id, floor):
             self._remove(self.filename(it, r))
@@ -558,7 +385,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return trainer.updater.epoch_detail >= period
 
     def finalize(self):
-        """Wait for the write in flight; remove this rank's snapshots when the run completed; let go of the directory.
+        """Wait for the write in flight; remove this rank's snapshots after a completed run; let go.
 
         Not a collective (it also runs when one rank failed).  The wait is bounded by
         ``write_timeout``: a write that has not finished is reported, and so is every save that
@@ -566,20 +393,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         completed run, the last rank to finish also removes the directories that the
         checkpointer made, when they are empty (``_made``).
         """
-        self._drain()
-        self._report_alone(self._pending)
-        self._pending = []
-        failed = self._stats['failed_saves']
-        alone = self._stats.get('failed_alone', 0)
-        if failed - alone and self.comm.rank == 0:   # agreed: the same count on every rank
-            warnings.warn('chainermn checkpoint {!r}: {} save(s) of the job failed (each was reported '
-                          'when it failed)'.format(self.name, failed - alone), CheckpointWarning,
-                          stacklevel=2)
-        if self._flight.busy:
-            warnings.warn('rank {}: the snapshot write of iteration {} of {!r} had not finished after '
-                          '{:.0f} s; that generation is incomplete and will not be loaded'.format(
-                              self.comm.rank, self._flight_iteration(), self.name, self.write_timeout),
-                          CheckpointWarning, stacklevel=2)
+        _saving.finish(self)
         completed = self._completed()
         if completed:
             self.cleanup()
@@ -610,7 +424,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         st['run_id'] = self.run_id
         st['local_iterations'] = self.local_iterations()
         st['background'] = self.background
-        st['in_flight'] = self._flight_iteration() if self._flight.busy else None
+        st['in_flight'] = _saving.flight_iteration(self) if self._flight.busy else None
         st['staging_bytes'] = self._staging.nbytes
         return st
 
@@ -621,10 +435,10 @@ def create_multi_node_checkpointer(name, comm, cp_interval=5, gc_interval=5, pat
     """Create a multi-node checkpointer (snapshots ``<name>.<rank>.<iteration>`` under ``path``).
 
     Collective.  ``background=True`` (default) writes each snapshot from a background thread
-    while training goes on; ``background=False`` writes it before ``save`` returns.  ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you
-    trust); None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts
-    a directory other users can write (only one you really share); None leaves the choice to
-    ``$CHAINERMN_TRUST_SHARED``.
+    while training goes on; ``background=False`` writes it before ``save`` returns.
+    ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you trust);
+    None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts a
+    directory other users can write (only one you really share); None: ``$CHAINERMN_TRUST_SHARED``.
     """
     return MultiNodeCheckpointer(name, comm, cp_interval=cp_interval, gc_interval=gc_interval,
                                  path=path, allow_pickle=allow_pickle, allow_shared=allow_shared,

@@ -57,7 +57,8 @@ class Staging:
 
     def _buffer(self, key, shape, dtype, pinned):
         buf = self._buffers.get(key)
-        if buf is not None and buf.shape == shape and buf.dtype == dtype and (key in self._pinned) == pinned:
+        if (buf is not None and buf.shape == shape and buf.dtype == dtype
+                and (key in self._pinned) == pinned):
             return buf
         if pinned:
             import cupy   # only a GPU array leads here

@@ -11,7 +11,8 @@ import os
 
 from chainermn_comm import safe_files
 
-from chainermn_train.checkpoint._background import KILL_ENV, kill_point
+from chainermn_train.checkpoint import _background
+from chainermn_train.checkpoint._background import kill_point
 
 __all__ = ['write_atomically', 'remove_file', 'remove_stale_tmp', 'TMP_SUFFIX']
 
@@ -43,7 +44,7 @@ def write_atomically(final, write, rank=None):
 
     ``rank`` (a snapshot's writer) enables the crash tests' kill points (``_background``).
     """
-    if rank is not None and not os.environ.get(KILL_ENV):
+    if rank is not None and not _background.kill_at:
         rank = None
     with safe_files.atomic_write(final) as f:
         write(f if rank is None else _KillMidWrite(f, rank))
