@@ -274,7 +274,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         The file holds no pickled object (``None`` values are listed by name); a value that only
         pickle could store raises ``TypeError`` naming its key.
         The iteration is ``iteration`` if given, else the trainer's (or ``obj.iteration``), else
-        one more than the last saved/loaded one.  Not a collective.  Returns the file name.
+        one more than the last saved/loaded one.  Not a collective.  Returns the file name; in
+        the background it is written after the return (None: this save failed, see ``settle``).
         """
         with trace.span('checkpoint save', 'io'):
             if self.background:
