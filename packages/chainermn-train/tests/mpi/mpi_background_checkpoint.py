@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _common  # noqa: E402
 
 from chainermn_train import create_multi_node_checkpointer  # noqa: E402
-from chainermn_train.checkpoint import _complete, _writer  # noqa: E402
+from chainermn_train.checkpoint import _complete, _saving, _writer  # noqa: E402
+import threading  # noqa: E402
 
 comm = _common.comm()
 
@@ -77,7 +78,16 @@ def test_the_next_save_waits_for_the_write_in_flight(path):
     model = Model(1.0)
     cp.save(model, iteration=1)
     assert cp._flight.busy or cp.get_stats()['saves'] == 0
-    cp.save(model, iteration=2)   # waits for 1 (traced as 'checkpoint wait') before copying
+    spans = []
+    real_span = _saving.trace.span
+
+    def span(name, cat, **kw):
+        spans.append(name)
+        return real_span(name, cat, **kw)
+
+    with mock.patch.object(_saving.trace, 'span', span):
+        cp.save(model, iteration=2)   # waits for 1 before copying
+    assert spans == ['checkpoint save', 'checkpoint wait'], spans   # the wait: its own event
     assert cp.get_stats()['saves'] == 1   # 1 collected; 2 in flight or done, not collected
     assert cp.settle() == 2
     assert cp.get_stats()['saves'] == 2
@@ -178,3 +188,43 @@ def test_synchronous_writes_are_there_when_save_returns(path):
     fn = cp.save(Model(2.0), iteration=2)
     assert os.path.exists(fn) and not cp._flight.busy
     assert cp.settle() is None   # nothing in flight, nothing to agree on
+
+
+def test_finalize_after_an_error_on_one_rank_waits_for_its_write_alone(path):
+    cp = create_multi_node_checkpointer('bg', comm, path=path)
+    model = Model(6.0)
+    fn = cp.save(model, iteration=6)
+    if comm.rank == comm.size - 1:   # this rank alone met an error: no collective from here
+        cp.on_error(None, RuntimeError('boom'), None)
+        cp.finalize()
+        assert os.path.exists(fn) and not cp._flight.busy   # written, not dropped; files stay
+    assert comm.allgather_obj(comm.rank) == list(range(comm.size))   # still in step
+
+
+def test_a_write_that_does_not_finish_in_time_is_reported_not_dropped(path):
+    cp = create_multi_node_checkpointer('bg', comm, path=path, write_timeout=0.2)
+    model = Model(7.0)
+    slow = comm.size - 1
+    release = threading.Event()
+    real = _writer.write_atomically
+
+    def stuck(final, write, rank=None):
+        release.wait(60)
+        return real(final, write, rank)
+
+    with mock.patch.object(_writer, 'write_atomically', stuck if comm.rank == slow else real):
+        cp.save(model, iteration=7)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            assert cp.settle() is None
+        said = [str(w.message) for w in caught]
+        if comm.rank == 0:
+            assert len(said) == 1 and 'its write had not finished after' in said[0], said
+        assert cp.get_stats()['failed_saves'] == 1 and cp._flight.busy == (comm.rank == slow)
+        release.set()
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter('always')
+            cp._completed = lambda: False
+            cp.finalize()   # waits for the write in flight, which now finishes
+    assert not cp._flight.busy
+    comm.allreduce_obj(0)
