@@ -7,8 +7,10 @@ Each rank holds ResNet-50's parameters (bench/models.py) with Adam's state (m, v
 rank at full size) and runs Adam updates as its iterations; every ``--every`` iterations it saves
 through the multi-node checkpointer the way the extension does (``settle()``, then ``save``),
 first with ``background=False``, then with the default ``background=True``.  Prints, per mode,
-the stall per save (the time the save call keeps the rank), the iterations while a background
-write is in flight against the others, and the ratios.  Keep it short on a shared machine.
+the stall per save (the time the save call keeps the rank) and the part of it spent waiting
+for the previous write (a write that had not finished by the next save: the machine had no
+CPU to spare for it), the iterations while a background write runs against the others, and
+the ratios.  Keep it short on a shared machine.
 """
 
 import argparse
@@ -56,26 +58,29 @@ def _worker(args):
         path = comm.bcast_obj(path)
         cp = create_multi_node_checkpointer('stall', comm, path=path, background=background,
                                             cp_interval=2, gc_interval=1)
-        stalls, during, others = [], [], []
+        stalls, waits, during, others = [], [], [], []
         for it in range(1, args.iters + 1):
-            busy = cp._flight.busy
+            busy = cp._flight.running
             start = time.perf_counter()
             opt.update()
             took = time.perf_counter() - start
+            busy = busy or cp._flight.running   # the write ran during some of this iteration
             if it > 1:   # the first one warms caches up
                 (during if busy else others).append(took)
             if it % args.every == 0:
                 start = time.perf_counter()
+                waited = cp.get_stats()['wait_seconds']
                 cp.settle()
                 cp.save(state, iteration=it)
                 stalls.append(time.perf_counter() - start)
+                waits.append(cp.get_stats()['wait_seconds'] - waited)
         cp.settle()
         cp.finalize()
         comm.allreduce_obj(0)
         if comm.rank == 0:
             shutil.rmtree(path, ignore_errors=True)
         results['background' if background else 'sync'] = {
-            'stalls': stalls, 'during': during, 'others': others,
+            'stalls': stalls, 'waits': waits, 'during': during, 'others': others,
             'bytes': cp.get_stats()['bytes_saved'] // max(1, cp.get_stats()['saves'])}
     views = comm.gather_obj(results)
     if comm.rank == 0:
@@ -90,17 +95,17 @@ def _report(views, args):
           '{} iterations, {} iterations'.format(len(views), args.size,
                                                  views[0]['sync']['bytes'] >> 20, args.every,
                                                  args.iters))
-    print('{:>6} {:>12} {:>12} {:>14} {:>14} {:>10}'.format('rank', 'mode', 'stall/save s',
-                                                           'iter (write) s', 'iter (other) s',
-                                                           'iter ratio'))
+    print('{:>6} {:>12} {:>12} {:>12} {:>14} {:>14} {:>10}'.format(
+        'rank', 'mode', 'stall/save s', 'of it wait s', 'iter (write) s', 'iter (other) s',
+        'iter ratio'))
     rows = []
     for r, view in enumerate(views):
         for mode in ('sync', 'background'):
             v = view[mode]
             during = v['during'] if mode == 'background' else []
             ratio = med(during) / med(v['others']) if during else float('nan')
-            print('{:>6} {:>12} {:>12.3f} {:>14.3f} {:>14.3f} {:>10.2f}'.format(
-                r, mode, med(v['stalls']), med(during), med(v['others']), ratio))
+            print('{:>6} {:>12} {:>12.3f} {:>12.3f} {:>14.3f} {:>14.3f} {:>10.2f}'.format(
+                r, mode, med(v['stalls']), med(v['waits']), med(during), med(v['others']), ratio))
             rows.append((mode, med(v['stalls']), ratio))
     sync = med([s for m, s, _ in rows if m == 'sync'])
     bg = med([s for m, s, _ in rows if m == 'background'])

@@ -1,5 +1,7 @@
 """The one snapshot write in flight: a background thread writes it, the checkpointer waits for it.
 
+The thread runs at a lower CPU priority than training (:data:`WRITER_NICENESS`).
+
 :class:`InFlight` runs one write at a time on a daemon thread and keeps its outcome (the
 iteration, the bytes written or the error) until the checkpointer collects it with :meth:`wait`,
 which is bounded: a write that has not finished in time is reported as such, never dropped (the
@@ -17,7 +19,8 @@ import threading
 import time
 import weakref
 
-__all__ = ['InFlight', 'Outcome', 'KILL_POINTS', 'kill_at', 'kill_point', 'EXIT_WAIT_SECONDS']
+__all__ = ['InFlight', 'Outcome', 'KILL_POINTS', 'kill_at', 'kill_point', 'EXIT_WAIT_SECONDS',
+           'WRITER_NICENESS']
 
 #: Test hook (the crash tests set it): ``'POINT'`` or ``'POINT@RANK'`` kills this process
 #: (SIGKILL) when a save reaches that point; None (always, outside those tests): never.
@@ -64,7 +67,20 @@ class Outcome:
         return '{}: {}'.format(type(self.error).__name__, self.error)
 
 
+#: Niceness the writer thread adds to its own (Linux: per thread), so training keeps the CPUs.
+WRITER_NICENESS = 10
+
 _LIVE = weakref.WeakSet()
+
+
+def _lower_priority():
+    """Lower the calling thread's CPU priority (where the system lets a thread do so)."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid)
+                                                 + WRITER_NICENESS))
+    except (AttributeError, OSError):
+        pass
 
 
 @atexit.register
@@ -88,6 +104,11 @@ class InFlight:
         """Whether a write was started and its outcome not collected yet."""
         return self._thread is not None
 
+    @property
+    def running(self):
+        """Whether the write's thread is still running."""
+        return self._thread is not None and self._thread.is_alive()
+
     def start(self, iteration, write):
         """Run ``write()`` (returns the bytes written) on a new thread; one write at a time."""
         if self._thread is not None:
@@ -97,6 +118,7 @@ class InFlight:
         self._started = time.monotonic()
 
         def run():
+            _lower_priority()
             start = time.monotonic()
             try:
                 size = write()
