@@ -103,7 +103,11 @@ def save_background(ckpt, obj, iteration):
     ckpt._saves_since_gc += 1
     if ckpt._saves_since_gc >= ckpt.gc_interval:
         ckpt._saves_since_gc = 0
-        ckpt.collect()
+        try:
+            ckpt.collect()
+        except OSError as e:   # the directory went away since the check: the next save says so
+            warnings.warn('rank {}: could not remove old snapshots of {!r} in {}: {}'.format(
+                ckpt.comm.rank, ckpt.name, ckpt.path, e), CheckpointWarning, stacklevel=4)
     ckpt._stats['save_seconds'] += time.monotonic() - start
     return final
 
@@ -199,8 +203,8 @@ def settle(ckpt):
 
 def _write_record(ckpt):
     """Record this rank's files of the complete generations (a warning when it cannot)."""
-    mine = set(ckpt.local_iterations())
     try:
+        mine = set(ckpt.local_iterations())
         _complete.write_record(ckpt.path, ckpt.name, ckpt.comm.rank, ckpt.run_id,
                                sorted(ckpt._committed & mine))
     except OSError as e:
