@@ -13,7 +13,15 @@ from _poison import Payload  # noqa: E402
 
 from chainermn_train.checkpoint import _safe_npz  # noqa: E402
 from chainermn_comm.safe_files import UntrustedPathError  # noqa: E402
-from chainermn_train.checkpoint import MultiNodeCheckpointer, SnapshotUnusableError  # noqa: E402
+from chainermn_train.checkpoint import SnapshotUnusableError  # noqa: E402
+from chainermn_train.checkpoint import MultiNodeCheckpointer as _Checkpointer  # noqa: E402
+
+
+def MultiNodeCheckpointer(*args, **kwargs):
+    # These tests look at the disk right after each save: synchronous writes (background writes
+    # are tested in test_background_checkpoint*.py).
+    kwargs.setdefault('background', False)
+    return _Checkpointer(*args, **kwargs)
 
 
 class OneRank:

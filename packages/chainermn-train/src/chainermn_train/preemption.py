@@ -123,6 +123,9 @@ class PreemptionHandler(extension.Extension):
         self.stopped_at = iteration
         if self.checkpointer is not None:
             self.checkpointer.save(target)
+            settle = getattr(self.checkpointer, 'settle', None)
+            if settle is not None:   # a background write: every rank waits for it and agrees
+                settle()
         # Nobody exits before every rank's checkpoint is on disk.
         self.comm.allreduce(numpy.zeros(1, numpy.int32))
         why = ('this rank received {}'.format(_signal_name(self.received)) if self.received is not None

@@ -20,6 +20,13 @@ import chainermn_train  # noqa: E402
 from chainermn_train.checkpoint import _policy as _checkpoint_policy, _safe_npz  # noqa: E402
 from chainermn_train.checkpoint import CheckpointWarning, UnsafeCheckpointError  # noqa: E402
 
+
+def _checkpointer(*args, **kwargs):
+    # These tests read the files right after each save: synchronous writes (background writes are
+    # tested in mpi_background_checkpoint.py).
+    kwargs.setdefault('background', False)
+    return chainermn_train.create_multi_node_checkpointer(*args, **kwargs)
+
 ENV = 'CHAINERMN_ALLOW_PICKLE'
 
 
@@ -103,7 +110,7 @@ def test_trainer_round_trip_is_bitwise_with_none_values():
     trainer, model = _trainer(comm, seed=1, stop=4)
     trainer.run()
     path = _shared_tmpdir(comm)
-    cp = chainermn_train.create_multi_node_checkpointer('rt', comm, path=path)
+    cp = _checkpointer('rt', comm, path=path)
     fn = cp.save(trainer)
     assert fn == cp.filename(4)
     want = _state(trainer)
@@ -119,7 +126,7 @@ def test_trainer_round_trip_is_bitwise_with_none_values():
     assert not any(v.dtype.hasobject for v in stored.values())
 
     fresh, fresh_model = _trainer(comm, seed=2, stop=4)
-    cp2 = chainermn_train.create_multi_node_checkpointer('rt', comm, path=path)
+    cp2 = _checkpointer('rt', comm, path=path)
     with warnings.catch_warnings():
         warnings.simplefilter('error', CheckpointWarning)
         assert cp2.maybe_load(fresh, fresh.updater.get_optimizer('main')) == 4
@@ -133,7 +140,7 @@ def test_trainer_round_trip_is_bitwise_with_none_values():
 
     # and saving the loaded trainer again writes the same arrays
     again = _shared_tmpdir(comm)
-    fn2 = chainermn_train.create_multi_node_checkpointer('rt', comm, path=again).save(fresh)
+    fn2 = _checkpointer('rt', comm, path=again).save(fresh)
     first, second = _safe_npz.read(fn)[0], _safe_npz.read(fn2)[0]
     run = _safe_npz.META_PREFIX + 'run'
     assert first.pop(run)[()] == cp.run_id and second.pop(run)[()] != cp.run_id   # another run
@@ -150,7 +157,7 @@ def _poison_file(fn, marker):
 
 
 def _model_snapshots(comm, path, iterations):
-    cp = chainermn_train.create_multi_node_checkpointer('p', comm, path=path)
+    cp = _checkpointer('p', comm, path=path)
     model = _common.make_model(3)
     for it in iterations:
         for p in model.params():
@@ -179,7 +186,7 @@ def test_poisoned_newest_generation_falls_back_without_running_code(who):
     fresh = _common.make_model(4)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
-        got = chainermn_train.create_multi_node_checkpointer('p', comm, path=path).maybe_load(fresh)
+        got = _checkpointer('p', comm, path=path).maybe_load(fresh)
     comm.mpi_comm.Barrier()
     assert not os.path.exists(marker)
     assert got == 2
@@ -205,7 +212,7 @@ def test_every_generation_poisoned_is_an_error_and_runs_no_code():
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', CheckpointWarning)
         with pytest.raises(UnsafeCheckpointError) as e:
-            chainermn_train.create_multi_node_checkpointer('p', comm, path=path).maybe_load(fresh)
+            _checkpointer('p', comm, path=path).maybe_load(fresh)
     comm.mpi_comm.Barrier()
     assert not os.path.exists(marker)
     msg = str(e.value)
@@ -222,7 +229,7 @@ def _old_format_snapshot(comm, path):
     model.add_persistent('note', None)
     for p in model.params():
         p.array[...] = 7 + comm.rank
-    cp = chainermn_train.create_multi_node_checkpointer('old', comm, path=path)
+    cp = _checkpointer('old', comm, path=path)
     chainer.serializers.save_npz(cp.filename(6), model, compression=False)
     comm.mpi_comm.Barrier()
     return cp.filename(6)
@@ -246,7 +253,7 @@ def test_old_format_is_refused_without_opt_in():
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', CheckpointWarning)
         with pytest.raises(UnsafeCheckpointError, match="'note'") as e:
-            chainermn_train.create_multi_node_checkpointer('old', comm, path=path).maybe_load(_target())
+            _checkpointer('old', comm, path=path).maybe_load(_target())
     assert fn in str(e.value)
 
 
@@ -257,7 +264,7 @@ def test_opt_in_loads_old_format_and_warns_once(how, monkeypatch):
     fn = _old_format_snapshot(comm, path)
     if how == 'env':
         monkeypatch.setenv(ENV, '1')
-    cp = chainermn_train.create_multi_node_checkpointer('old', comm, path=path,
+    cp = _checkpointer('old', comm, path=path,
                                                         allow_pickle=True if how == 'create' else None)
     kwargs = {'allow_pickle': True} if how == 'maybe_load' else {}
     for attempt in range(2):
@@ -280,7 +287,7 @@ def test_explicit_false_overrides_the_environment(monkeypatch):
     path = _shared_tmpdir(comm)
     _old_format_snapshot(comm, path)
     monkeypatch.setenv(ENV, '1')
-    cp = chainermn_train.create_multi_node_checkpointer('old', comm, path=path)
+    cp = _checkpointer('old', comm, path=path)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', CheckpointWarning)
         with pytest.raises(UnsafeCheckpointError):

@@ -8,6 +8,7 @@ the ranks would disagree on that call (CommunicationError everywhere) or wait fo
 import os
 import shutil
 import tempfile
+import warnings
 from unittest import mock
 
 import chainer
@@ -119,7 +120,7 @@ def test_default_writer_error_on_the_master_raises_there_only(comm, private_cwd)
 def test_checkpoint_save_error_on_one_rank_raises_there_only(comm):
     path = shared_tmpdir(comm, 'one-rank-ckpt-')
     try:
-        cp = create_multi_node_checkpointer('run', comm, path=path)
+        cp = create_multi_node_checkpointer('run', comm, path=path, background=False)
         model = _Model()
         failing = comm.size - 1
         if comm.rank == failing:
@@ -131,6 +132,24 @@ def test_checkpoint_save_error_on_one_rank_raises_there_only(comm):
             assert os.path.basename(cp.save(model, iteration=1)) == 'run.{}.1'.format(comm.rank)
         _all_ranks_still_in_step(comm)
         assert model.l.W.array.tolist() == numpy.ones((1, 2)).tolist()
+        # In the background (the default) the failing rank's save returns None and raises
+        # nothing; the failure waits for the next agreement, which every rank calls.
+        bg = create_multi_node_checkpointer('bg', comm, path=path)
+        if comm.rank == failing:
+            bg._readiness_problem = lambda: PermissionError(
+                'rank {}: cannot write {}'.format(comm.rank, path))
+            assert bg.save(model, iteration=1) is None
+        else:
+            assert os.path.basename(bg.save(model, iteration=1)) == 'bg.{}.1'.format(comm.rank)
+        _all_ranks_still_in_step(comm)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            assert bg.settle() is None
+        said = [str(w.message) for w in caught if 'failed on rank' in str(w.message)]
+        assert len(said) == (1 if comm.rank == 0 else 0), said
+        assert bg.get_stats()['failed_saves'] == 1
+        assert bg.local_iterations() == []   # the other ranks' files of it were removed
+        _all_ranks_still_in_step(comm)
     finally:
         comm.allreduce_obj(0)
         if comm.rank == 0:

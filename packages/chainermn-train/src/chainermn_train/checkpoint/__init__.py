@@ -1,6 +1,8 @@
 """The checkpoint room: generational per-rank snapshots, their files, and multi_node_snapshot.
 
 - ``_checkpointer``: :class:`MultiNodeCheckpointer` (the trainer extension) and its factory;
+- ``_saving``: a save, written before it returns or in the background (``_staging``: the host
+  copy; ``_background``: the write in flight; ``_complete``: which generations are complete);
 - ``_writer``: how a snapshot file is written; ``_safe_npz``: the pickle-free npz format;
 - ``_generations``: which files exist and which may be collected; ``_load``: how the ranks agree
   on a generation and reshard; ``_resize``: what a generation records; ``_lineage``: whose a

@@ -1,7 +1,9 @@
 """Generational per-rank snapshots that let a whole job resume from the newest common iteration.
 
 Files are named ``<name>.<rank>.<iteration>`` (NumPy ``.npz`` content written by Chainer's
-serializers, with no pickled object: see ``_safe_npz``).  Every file is written through
+serializers, with no pickled object: see ``_safe_npz``).  By default a save copies the snapshot
+into host buffers and a background thread writes it (``_saving``); ``settle`` agrees which
+generations every rank finished (``_complete``).  Every file is written through
 ``chainermn_comm.safe_files``: a new file under an unpredictable name in the same directory,
 flushed, ``fsync``-ed and renamed over the final name (then the directory is ``fsync``-ed), so a
 crash mid-write never leaves a file under a final name and a name planted by someone else is never
@@ -31,11 +33,12 @@ opts in to start fresh (``start_fresh=True`` or ``CHAINERMN_START_FRESH=1``).  F
 job of another world size are removed only once a complete generation of the current size exists;
 files of another run are never removed.
 
-This module is the extension; its jobs live beside it: ``_writer`` (how a file is written and
-removed), ``_policy`` (what may be trusted, the error classes, raising together), ``_owner`` (which
-job writes the directory), ``_lineage`` (run identity, optimizer), ``_generations`` (listing,
-completeness, garbage collection), ``_load`` (agreement on a generation, resharding) and
-``_launch_status`` (progress for ``python -m chainermn launch``).  Each time it runs as an
+This module is the extension; its jobs live beside it: ``_saving`` (a save, synchronous or in
+the background, and the agreement on it: ``_staging``, ``_background``, ``_complete``),
+``_writer`` (how a file is written and removed), ``_policy`` (what may be trusted, the error
+classes, raising together), ``_owner`` (which job writes the directory), ``_lineage`` (run
+identity, optimizer), ``_generations`` (listing, garbage collection), ``_load`` (agreement on a
+generation, resharding), ``_launch_status`` (progress for ``python -m chainermn launch``).  As an
 extension it also compares the model's parameters across ranks (``chainermn_train._fingerprint``).
 """
 
@@ -45,13 +48,12 @@ import time
 import warnings
 
 import chainer
-import numpy
 
 from chainermn_comm import safe_files, trace, voice
 
 from chainermn_train import _fingerprint, _trainer_run
-from chainermn_train.checkpoint import (_generations, _launch_status, _lineage, _load, _made, _owner,
-                                        _policy, _resize, _safe_npz, _shards, _writer)
+from chainermn_train.checkpoint import (_background, _complete, _generations, _launch_status, _lineage,
+                                        _load, _made, _owner, _policy, _saving, _staging, _writer)
 from chainermn_train.checkpoint._policy import (ALLOW_PICKLE_ENV, START_FRESH_ENV, CheckpointInUseError,
                                                 CheckpointWarning, SnapshotUnusableError,
                                                 UnsafeCheckpointError)
@@ -63,15 +65,6 @@ __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_mu
 
 #: ``(directory, name)`` of the stray files already warned about (one warning per process).
 _WARNED_STRAY = set()
-
-
-def _iteration_of(obj):
-    if isinstance(obj, chainer.training.Trainer):
-        return int(obj.updater.iteration)
-    it = getattr(obj, 'iteration', None)
-    if isinstance(it, (int, numpy.integer)) and not isinstance(it, bool):
-        return int(it)
-    return None
 
 
 class MultiNodeCheckpointer(chainer.training.Extension):
@@ -93,13 +86,17 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         allow_shared (bool or None): trust a directory that other users own or can write, and
             their files (only for a directory you really share with people you trust).  None:
             ``$CHAINERMN_TRUST_SHARED`` decides.
+        background (bool): a save copies the snapshot into host buffers and a background thread
+            writes it while training goes on (default); a failing save is reported and counted,
+            not raised.  False: each save is written (or raises) before it returns.
+        write_timeout (float): longest wait (seconds) for the write in flight; then it is reported.
     """
 
     trigger = 1, 'epoch'
     priority = chainer.training.PRIORITY_READER  # after every other extension updated its state
 
     def __init__(self, name, comm, cp_interval=5, gc_interval=5, path=None, allow_pickle=None,
-                 allow_shared=None):
+                 allow_shared=None, background=True, write_timeout=600.0):
         if not isinstance(name, str) or not name or os.sep in name or (os.altsep and os.altsep in name):
             raise ValueError('checkpointer name must be a non-empty string without path separators; '
                              'got {!r}'.format(name))
@@ -113,6 +110,16 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.path = os.path.abspath(path if path is not None else os.getcwd())
         self.allow_pickle = allow_pickle
         self.allow_shared = allow_shared
+        self.background = bool(background)
+        if isinstance(write_timeout, bool) or not isinstance(write_timeout, (int, float)) \
+                or not write_timeout > 0:
+            raise ValueError('write_timeout must be a positive number of seconds; got {!r}'
+                             .format(write_timeout))
+        self.write_timeout = float(write_timeout)
+        self._flight = _background.InFlight()
+        self._staging = _staging.Staging()
+        self._pending = []      # outcomes of this rank's saves not agreed on yet
+        self._committed = set()  # iterations of this run every rank's write of which finished
         #: The run identity written into every snapshot (rank 0's at start; the loaded one's after
         #: a resume).
         self.run_id = None
@@ -127,7 +134,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         _trainer_run.install()
         self._stats = {'saves': 0, 'save_seconds': 0.0, 'bytes_saved': 0, 'loads': 0,
                        'load_seconds': 0.0, 'loaded_iteration': None, 'last_saved_iteration': None,
-                       'skipped_unreadable': 0, 'refused_pickle': 0, 'files_removed': 0}
+                       'skipped_unreadable': 0, 'refused_pickle': 0, 'files_removed': 0,
+                       'failed_saves': 0, 'wait_seconds': 0.0, 'write_seconds': 0.0}
         self._start()
 
     @property
@@ -254,6 +262,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def __call__(self, trainer):
         self._trainer = trainer
         self._check_parameters(trainer)   # here, not in save: save is not a collective
+        self.settle()   # every rank calls the extension at the same iteration
         self.save(trainer)
 
     def initialize(self, trainer):
@@ -265,36 +274,25 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         The file holds no pickled object (``None`` values are listed by name); a value that only
         pickle could store raises ``TypeError`` naming its key.
         The iteration is ``iteration`` if given, else the trainer's (or ``obj.iteration``), else
-        one more than the last saved/loaded one.  Not a collective.  Returns the file name.
+        one more than the last saved/loaded one.  Not a collective.  Returns the file name; in
+        the background it is written after the return (None: this save failed, see ``settle``).
         """
         with trace.span('checkpoint save', 'io'):
-            return self._save(obj, iteration)
+            if self.background:
+                return _saving.save_background(self, obj, iteration)
+            return _saving.save_sync(self, obj, iteration)
 
-    def _save(self, obj, iteration):
-        start = time.monotonic()
-        if iteration is None:
-            iteration = _iteration_of(obj)
-        if iteration is None:
-            iteration = self._counter + 1
-        iteration = int(iteration)
-        self._ensure_ready()
-        final = self.filename(iteration)
-        meta = _resize.generation_meta(obj, self.comm, iteration)
-        meta[_lineage.RUN_KEY] = self.run_id
-        meta.update(_lineage.optimizer_meta(obj))
-        meta.update(_shards.meta())
-        size = _writer.write_atomically(final, lambda f: _safe_npz.write(f, obj, meta))
-        self._counter = iteration
-        st = self._stats
-        st['saves'] += 1
-        st['bytes_saved'] += size
-        st['last_saved_iteration'] = iteration
-        self._saves_since_gc += 1
-        if self._saves_since_gc >= self.gc_interval:
-            self._saves_since_gc = 0
-            self.collect()
-        st['save_seconds'] += time.monotonic() - start
-        return final
+    def settle(self):
+        """Wait for this rank's write in flight, agree on every rank's, and record complete generations.
+
+        Collective: every rank calls it at the same point (the extension does before each save;
+        the preemption handler after its save).  Returns the newest generation it found
+        complete, or None.  See ``_saving.settle``.
+        """
+        return _saving.settle(self)
+
+    def _drain(self, timeout=None):
+        return _saving.drain(self, timeout)
 
     def collect(self):
         """Remove this rank's snapshots older than the newest ``cp_interval`` ones.
@@ -310,9 +308,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 metas[(it, r)] = self._meta_of(it, r)
             return metas[(it, r)]
 
-        for r, it in _generations.files_to_collect(self.visible_files(), self.comm.rank,
-                                                   self.comm.size, self.cp_interval, meta_of,
-                                                   self.run_id):
+        files = self.visible_files()
+        floor = _saving.complete_floor(self, files, meta_of) if self.background else None
+        for r, it in _generations.files_to_collect(files, self.comm.rank, self.comm.size,
+                                                   self.cp_interval, meta_of, self.run_id, floor):
             self._remove(self.filename(it, r))
 
     def _remove(self, fn):
@@ -358,6 +357,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def _prepare_load(self):
         """Check the directory and this job's claim on every rank, together; remove stale temporaries."""
+        self._drain()
         _policy.agree(self.comm, self._readiness_problem())
         self._remove_stale_tmp()
 
@@ -386,11 +386,15 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return trainer.updater.epoch_detail >= period
 
     def finalize(self):
-        """Remove this rank's snapshots when the training run completed without an error; let go of the directory.
+        """Wait for the write in flight; remove this rank's snapshots after a completed run; let go.
 
-        After a completed run, the last rank to finish also removes the directories that the
+        Not a collective (it also runs when one rank failed).  The wait is bounded by
+        ``write_timeout``: a write that has not finished is reported, and so is every save that
+        failed since the last agreement; rank 0 says how many saves of the job failed.  After a
+        completed run, the last rank to finish also removes the directories that the
         checkpointer made, when they are empty (``_made``).
         """
+        _saving.finish(self)
         completed = self._completed()
         if completed:
             self.cleanup()
@@ -409,6 +413,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 if isinstance(meta, dict) and _lineage.run_of(meta) not in (None, self.run_id):
                     continue
                 self._remove(self.filename(it, r))
+        _complete.remove_record(self.path, self.name, self.comm.rank)
+        self._committed.clear()
         self._remove_stale_tmp()
 
     def get_stats(self):
@@ -418,20 +424,26 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         st['path'] = self.path
         st['run_id'] = self.run_id
         st['local_iterations'] = self.local_iterations()
+        st['background'] = self.background
+        st['in_flight'] = _saving.flight_iteration(self) if self._flight.busy else None
+        st['staging_bytes'] = self._staging.nbytes
         return st
 
 
 def create_multi_node_checkpointer(name, comm, cp_interval=5, gc_interval=5, path=None,
-                                   allow_pickle=None, allow_shared=None):
+                                   allow_pickle=None, allow_shared=None, background=True,
+                                   write_timeout=600.0):
     """Create a multi-node checkpointer (snapshots ``<name>.<rank>.<iteration>`` under ``path``).
 
-    Collective.  ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you
-    trust); None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts
-    a directory other users can write (only one you really share); None leaves the choice to
-    ``$CHAINERMN_TRUST_SHARED``.
+    Collective.  ``background=True`` (default) writes each snapshot from a background thread
+    while training goes on; ``background=False`` writes it before ``save`` returns.
+    ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you trust);
+    None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts a
+    directory other users can write (only one you really share); None: ``$CHAINERMN_TRUST_SHARED``.
     """
     return MultiNodeCheckpointer(name, comm, cp_interval=cp_interval, gc_interval=gc_interval,
-                                 path=path, allow_pickle=allow_pickle, allow_shared=allow_shared)
+                                 path=path, allow_pickle=allow_pickle, allow_shared=allow_shared,
+                                 background=background, write_timeout=write_timeout)
 
 
 #: The manual's spelling of :func:`create_multi_node_checkpointer`.

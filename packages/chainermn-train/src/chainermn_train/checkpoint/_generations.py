@@ -153,8 +153,11 @@ def _own_lineage(meta, run):
     return isinstance(meta, dict) and _lineage.run_of(meta) in (None, run)
 
 
-def files_to_collect(files, rank, size, keep, meta_of, run):
+def files_to_collect(files, rank, size, keep, meta_of, run, floor=None):
     """Return the ``(rank, iteration)`` this rank's garbage collection removes (keeping the newest ``keep``).
+
+    ``floor`` (when given): only files older than this iteration, the newest known complete, are
+    removed, so that a crash before a newer generation is complete still finds one.
 
     Only files of the run ``run`` (or written before runs were recorded) are ever removed, never
     another run's.  Files written by a job of another world size (and, on rank 0, files of ranks
@@ -169,7 +172,7 @@ def files_to_collect(files, rank, size, keep, meta_of, run):
     out = []
     if older and complete_generation_exists(files, size, meta_of):
         out += older
-    out += [(rank, it) for it in current[:-keep]]
+    out += [(rank, it) for it in current[:-keep] if floor is None or it < floor]
     return out
 
 

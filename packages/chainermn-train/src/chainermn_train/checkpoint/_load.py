@@ -14,7 +14,7 @@ import numpy
 from chainermn_comm import safe_files, voice
 from chainermn_comm.log import get_logger
 
-from chainermn_train.checkpoint import _generations, _lineage, _resize, _safe_npz, _shards
+from chainermn_train.checkpoint import _complete, _generations, _lineage, _resize, _safe_npz, _shards
 from chainermn_train.checkpoint import _policy as policy
 
 __all__ = ['load', 'read_own']
@@ -245,6 +245,15 @@ def _deserialize(trainer, values, models, rank, it):
             'the job is not the one that wrote it'.format(rank, it, e)) from None
 
 
+def _remove_incomplete(ckpt, gens, incomplete):
+    """Remove this rank's files of the incomplete generations of the run it resumes (local)."""
+    for it in incomplete:
+        for _, m in gens[it].get(ckpt.comm.rank, ()):
+            if isinstance(m, dict) and _lineage.run_of(m) == ckpt.run_id:
+                ckpt._remove(ckpt.filename(it))
+                break
+
+
 def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False):
     """Do the work of ``MultiNodeCheckpointer.maybe_load``; return the loaded iteration or None."""
     start = time.monotonic()
@@ -256,7 +265,10 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
     models = None
     if weights_only:
         expected, models = _weights_only(trainer, expected)
-    views = ckpt.comm.allgather_obj(ckpt._scan())
+    views = ckpt.comm.allgather_obj((ckpt._scan(), _complete.read_records(ckpt.path, ckpt.name,
+                                                                          ckpt.allow_shared)))
+    committed = set().union(*(c for _, c in views))
+    views = [v for v, _ in views]
     _refuse_untrusted(views)
     gens = _generations.group_views(views)
     size, rank = ckpt.comm.size, ckpt.comm.rank
@@ -264,6 +276,10 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
     # Every rank sees the same views, so every rank screens out the same generations.
     skip = _lineage.screen(gens, trainer, weights_only, rejected)
     skip |= {it for it, _ in _generations.oversized(gens, rejected)}
+    incomplete = _complete.incomplete(gens, committed)
+    for it, why in incomplete.items():
+        rejected.setdefault(it, []).append(why)
+    skip |= set(incomplete)
     usable = {it: files for it, files in gens.items() if it not in skip}
     exact = [it for it in _generations.exact_candidates(usable, size)
              if not _generations.own_file_problems(usable[it], size, rejected.setdefault(it, []))]
@@ -295,6 +311,8 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
         if len(runs) == 1 and None not in runs:
             ckpt.run_id = runs.pop()   # this job continues the run it resumed
         mode += ', run {}'.format(ckpt.run_id)
+        _remove_incomplete(ckpt, gens, incomplete)
+        ckpt._committed = {i for run, i in committed if run == ckpt.run_id}
     else:
         mode += ', model weights only'
     st['loads'] += 1

@@ -23,7 +23,7 @@ import numpy
 from numpy.lib import format as npy_format
 
 __all__ = ['FORMAT_KEY', 'NONE_KEY', 'META_PREFIX', 'FORMAT_VERSION', 'PickleRequired',
-           'MemberTooLarge', 'to_arrays', 'write', 'read', 'read_meta', 'split_meta', 'declared_bytes',
+           'MemberTooLarge', 'to_arrays', 'write', 'write_arrays', 'read', 'read_meta', 'split_meta', 'declared_bytes',
            'member_limit', 'SMALL_MEMBER_BYTES', 'UNKNOWN_MEMBER_BYTES']
 
 #: Reserved key holding the format version (int64 0-d array).
@@ -122,7 +122,12 @@ def to_arrays(obj, meta=None):
 
 def write(f, obj, meta=None):
     """Write the snapshot of ``obj`` (and ``meta``) to the binary file object ``f`` (uncompressed npz)."""
-    numpy.savez(f, **to_arrays(obj, meta))
+    write_arrays(f, to_arrays(obj, meta))
+
+
+def write_arrays(f, arrays):
+    """Write what :func:`to_arrays` returned to the binary file object ``f`` (uncompressed npz)."""
+    numpy.savez(f, **arrays)
 
 
 def split_meta(values):

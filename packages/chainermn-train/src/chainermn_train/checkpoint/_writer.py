@@ -11,18 +11,50 @@ import os
 
 from chainermn_comm import safe_files
 
+from chainermn_train.checkpoint import _background
+from chainermn_train.checkpoint._background import kill_point
+
 __all__ = ['write_atomically', 'remove_file', 'remove_stale_tmp', 'TMP_SUFFIX']
 
 #: Suffix of the temporary files (``.<final name>.<random>.tmp``, see ``safe_files.atomic_write``).
 TMP_SUFFIX = '.tmp'
 
 
-def write_atomically(final, write):
-    """Call ``write(file)`` on a new temporary file, then rename it to ``final``; return its size."""
+class _KillMidWrite:
+    """A file that kills the process (test hook ``mid-write``) once some bytes reached the disk."""
+
+    def __init__(self, f, rank):
+        self._f = f
+        self._rank = rank
+
+    def write(self, data):
+        n = self._f.write(data)
+        if self._f.tell() > 4096:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            kill_point('mid-write', self._rank)
+        return n
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def write_atomically(final, write, rank=None):
+    """Call ``write(file)`` on a new temporary file, then rename it to ``final``; return its size.
+
+    ``rank`` (a snapshot's writer) enables the crash tests' kill points (``_background``).
+    """
+    if rank is not None and not _background.kill_at:
+        rank = None
     with safe_files.atomic_write(final) as f:
-        write(f)
+        write(f if rank is None else _KillMidWrite(f, rank))
         f.flush()
         size = f.tell()
+        if rank is not None:
+            os.fsync(f.fileno())
+            kill_point('before-rename', rank)   # written and fsync-ed, not renamed yet
+    if rank is not None:
+        kill_point('after-rename', rank)
     return size
 
 

@@ -1,0 +1,140 @@
+"""How long a checkpoint stops training: synchronous writes against background writes.
+
+Usage: python bench/checkpoint_stall.py [--ranks 2] [--size full|tiny] [--iters 16] [--every 4]
+       [--dir DIR]
+
+Each rank holds ResNet-50's parameters (bench/models.py) with Adam's state (m, v: 307 MB per
+rank at full size) and runs Adam updates as its iterations; every ``--every`` iterations it saves
+through the multi-node checkpointer the way the extension does (``settle()``, then ``save``),
+first with ``background=False``, then with the default ``background=True``.  Prints, per mode,
+the stall per save (the time the save call keeps the rank) and the part of it spent waiting
+for the previous write (a write that had not finished by the next save: the machine had no
+CPU to spare for it), the iterations while a background write runs against the others, and
+the ratios.  Keep it short on a shared machine.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+class _State:
+    """What a snapshot holds here: the model and its optimizer."""
+
+    def __init__(self, link, opt):
+        self.link = link
+        self.opt = opt
+
+    def serialize(self, serializer):
+        self.link.serialize(serializer['model'])
+        self.opt.serialize(serializer['optimizer'])
+
+
+def _worker(args):
+    import chainer
+    import numpy
+
+    import chainermn_comm
+    from chainermn_train import create_multi_node_checkpointer
+    from models import make_link, param_shapes
+
+    comm = chainermn_comm.create_communicator('naive')
+    link = make_link(param_shapes('resnet50', args.size), seed=comm.rank)
+    opt = chainer.optimizers.Adam()
+    opt.setup(link)
+    opt.update()   # Adam's state (m, v) exists from here
+    state = _State(link, opt)
+    results = {}
+    for background in (False, True):
+        path = tempfile.mkdtemp(prefix='ckpt-stall-', dir=args.dir) if comm.rank == 0 else None
+        path = comm.bcast_obj(path)
+        cp = create_multi_node_checkpointer('stall', comm, path=path, background=background,
+                                            cp_interval=2, gc_interval=1)
+        stalls, waits, during, others = [], [], [], []
+        for it in range(1, args.iters + 1):
+            busy = cp._flight.running
+            start = time.perf_counter()
+            opt.update()
+            took = time.perf_counter() - start
+            busy = busy or cp._flight.running   # the write ran during some of this iteration
+            if it > 1:   # the first one warms caches up
+                (during if busy else others).append(took)
+            if it % args.every == 0:
+                start = time.perf_counter()
+                waited = cp.get_stats()['wait_seconds']
+                cp.settle()
+                cp.save(state, iteration=it)
+                stalls.append(time.perf_counter() - start)
+                waits.append(cp.get_stats()['wait_seconds'] - waited)
+        cp.settle()
+        cp.finalize()
+        comm.allreduce_obj(0)
+        if comm.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+        results['background' if background else 'sync'] = {
+            'stalls': stalls, 'waits': waits, 'during': during, 'others': others,
+            'bytes': cp.get_stats()['bytes_saved'] // max(1, cp.get_stats()['saves'])}
+    views = comm.gather_obj(results)
+    if comm.rank == 0:
+        print('RESULT ' + json.dumps(views), flush=True)
+
+
+def _report(views, args):
+    def med(xs):
+        return statistics.median(xs) if xs else float('nan')
+
+    print('checkpoint stall: {} ranks, ResNet-50 ({}) + Adam, {} MB per rank per save, a save every '
+          '{} iterations, {} iterations'.format(len(views), args.size,
+                                                 views[0]['sync']['bytes'] >> 20, args.every,
+                                                 args.iters))
+    print('{:>6} {:>12} {:>12} {:>12} {:>14} {:>14} {:>10}'.format(
+        'rank', 'mode', 'stall/save s', 'of it wait s', 'iter (write) s', 'iter (other) s',
+        'iter ratio'))
+    rows = []
+    for r, view in enumerate(views):
+        for mode in ('sync', 'background'):
+            v = view[mode]
+            during = v['during'] if mode == 'background' else []
+            ratio = med(during) / med(v['others']) if during else float('nan')
+            print('{:>6} {:>12} {:>12.3f} {:>12.3f} {:>14.3f} {:>14.3f} {:>10.2f}'.format(
+                r, mode, med(v['stalls']), med(v['waits']), med(during), med(v['others']), ratio))
+            rows.append((mode, med(v['stalls']), ratio))
+    sync = med([s for m, s, _ in rows if m == 'sync'])
+    bg = med([s for m, s, _ in rows if m == 'background'])
+    print('stall per save, background / sync: {:.3f} ({:.3f} s / {:.3f} s; target <= 0.15); '
+          'iterations during a background write / others: {:.2f} (target <= 1.10)'.format(
+              bg / sync, bg, sync, med([x for m, _, x in rows if m == 'background'])))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--ranks', type=int, default=2)
+    p.add_argument('--size', choices=('full', 'tiny'), default='full')
+    p.add_argument('--iters', type=int, default=16)
+    p.add_argument('--every', type=int, default=4)
+    p.add_argument('--dir', default=None, help='where the snapshots go (default: the temp dir)')
+    p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return _worker(args)
+    from chainermn_comm.testing import run_mpi
+    res = run_mpi([os.path.abspath(__file__), '--worker', '--size', args.size, '--iters',
+                   str(args.iters), '--every', str(args.every)] + (['--dir', args.dir] if args.dir else []),
+                  args.ranks, timeout=900)
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith('RESULT ')]
+    if res.returncode != 0 or not line:
+        sys.exit('the benchmark job failed (status {}):\n{}\n{}'.format(res.returncode, res.stdout[-4000:],
+                                                                         res.stderr[-4000:]))
+    _report(json.loads(line[0][len('RESULT '):]), args)
+
+
+if __name__ == '__main__':
+    main()

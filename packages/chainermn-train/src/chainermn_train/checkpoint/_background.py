@@ -1,0 +1,146 @@
+"""The one snapshot write in flight: a background thread writes it, the checkpointer waits for it.
+
+The thread runs at a lower CPU priority than training (:data:`WRITER_NICENESS`).
+
+:class:`InFlight` runs one write at a time on a daemon thread and keeps its outcome (the
+iteration, the bytes written or the error) until the checkpointer collects it with :meth:`wait`,
+which is bounded: a write that has not finished in time is reported as such, never dropped (the
+thread goes on; the next save waits for it again).  A process that exits without finalizing its
+checkpointer still waits for the write in flight (``atexit``, bounded).
+
+:data:`kill_at` (``'POINT'`` or ``'POINT@RANK'``; a test hook that only code sets, never the
+environment) makes the process SIGKILL itself at the named point of a save: see :data:`KILL_POINTS`.
+"""
+
+import atexit
+import os
+import signal
+import threading
+import time
+import weakref
+
+__all__ = ['InFlight', 'Outcome', 'KILL_POINTS', 'kill_at', 'kill_point', 'EXIT_WAIT_SECONDS',
+           'WRITER_NICENESS']
+
+#: Test hook (the crash tests set it): ``'POINT'`` or ``'POINT@RANK'`` kills this process
+#: (SIGKILL) when a save reaches that point; None (always, outside those tests): never.
+kill_at = None
+#: The points of a save at which :data:`KILL_ENV` may kill, in the order a save meets them.
+KILL_POINTS = ('before-copy', 'after-copy', 'mid-write', 'before-rename', 'after-rename',
+               'before-agreement', 'before-record', 'after-record')
+#: Longest wait for the write in flight when the process exits without finalizing.
+EXIT_WAIT_SECONDS = 600.0
+
+
+def kill_point(point, rank):
+    """SIGKILL this process if :data:`kill_at` names ``point`` (and ``rank``, when it names one)."""
+    want = kill_at
+    if not want:
+        return
+    name, _, who = want.partition('@')
+    if name == point and (not who or int(who) == int(rank)):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Outcome:
+    """What became of one save: its iteration, the bytes written, or why it failed."""
+
+    __slots__ = ('iteration', 'size', 'error', 'seconds', 'finished')
+
+    def __init__(self, iteration, size=None, error=None, seconds=0.0, finished=True):
+        self.iteration = iteration
+        self.size = size
+        self.error = error
+        self.seconds = seconds
+        self.finished = finished
+
+    @property
+    def ok(self):
+        return self.finished and self.error is None
+
+    def why(self):
+        """Return a short text: why the save failed (empty when it did not)."""
+        if not self.finished:
+            return 'its write had not finished after {:.0f} s'.format(self.seconds)
+        if self.error is None:
+            return ''
+        return '{}: {}'.format(type(self.error).__name__, self.error)
+
+
+#: Niceness the writer thread adds to its own (Linux: per thread), so training keeps the CPUs.
+WRITER_NICENESS = 10
+
+_LIVE = weakref.WeakSet()
+
+
+def _lower_priority():
+    """Lower the calling thread's CPU priority (where the system lets a thread do so)."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid)
+                                                 + WRITER_NICENESS))
+    except (AttributeError, OSError):
+        pass
+
+
+@atexit.register
+def _wait_at_exit():
+    for flight in list(_LIVE):
+        flight.wait(EXIT_WAIT_SECONDS)
+
+
+class InFlight:
+    """At most one background write; :meth:`start` it, :meth:`wait` for it (bounded)."""
+
+    def __init__(self):
+        self._thread = None
+        self._outcome = None
+        self._iteration = None
+        self._started = None
+        _LIVE.add(self)
+
+    @property
+    def busy(self):
+        """Whether a write was started and its outcome not collected yet."""
+        return self._thread is not None
+
+    @property
+    def running(self):
+        """Whether the write's thread is still running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, iteration, write):
+        """Run ``write()`` (returns the bytes written) on a new thread; one write at a time."""
+        if self._thread is not None:
+            raise RuntimeError('a snapshot write is already in flight; wait for it first')
+        self._iteration = iteration
+        self._outcome = None
+        self._started = time.monotonic()
+
+        def run():
+            _lower_priority()
+            start = time.monotonic()
+            try:
+                size = write()
+            except BaseException as e:   # reported by whoever waits; never lost
+                self._outcome = Outcome(iteration, error=e, seconds=time.monotonic() - start)
+            else:
+                self._outcome = Outcome(iteration, size=size, seconds=time.monotonic() - start)
+
+        self._thread = threading.Thread(target=run, name='chainermn-checkpoint-writer', daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout):
+        """Return the :class:`Outcome` of the write in flight (None when there is none).
+
+        A write still running after ``timeout`` seconds gives an outcome that is not finished;
+        it stays in flight and the next wait waits for it again.
+        """
+        thread = self._thread
+        if thread is None:
+            return None
+        thread.join(timeout)
+        if thread.is_alive():
+            return Outcome(self._iteration, seconds=time.monotonic() - self._started, finished=False)
+        self._thread = None
+        return self._outcome

@@ -1,0 +1,241 @@
+"""How a snapshot is saved: written before ``save`` returns, or copied and written in the background.
+
+A background save (``save_background``) waits for the write in flight (``drain``, bounded), copies
+what the snapshot holds into the staging buffers (``_staging``) and starts its write
+(``_background``); training goes on.  What became of each save stays with the rank until the ranks
+agree (``settle``, a collective every rank calls at the same point): the generations every rank
+finished are recorded complete (``_complete``), and a save that failed on any rank is reported
+once for the job, counted, and the files of it that were written are removed.  A failure no
+agreement will see (at the end of the job) is reported by its rank alone (``report_alone``).
+Everything here but ``settle`` is local to the rank.
+"""
+
+import time
+import warnings
+
+import chainer
+import numpy
+from chainermn_comm import trace, voice
+
+from chainermn_train.checkpoint import (_background, _complete, _lineage, _resize, _safe_npz, _shards,
+                                        _staging, _writer)
+from chainermn_train.checkpoint._background import kill_point
+from chainermn_train.checkpoint._policy import CheckpointWarning
+
+__all__ = ['save_sync', 'save_background', 'flight_iteration', 'drain', 'report_alone', 'settle',
+           'finish', 'complete_floor']
+
+def _iteration_of(obj):
+    if isinstance(obj, chainer.training.Trainer):
+        return int(obj.updater.iteration)
+    it = getattr(obj, 'iteration', None)
+    if isinstance(it, (int, numpy.integer)) and not isinstance(it, bool):
+        return int(it)
+    return None
+
+
+def _iteration(ckpt, obj, iteration):
+    """Return the iteration of a save: ``iteration``, else the object's, else one more than the last."""
+    if iteration is None:
+        iteration = _iteration_of(obj)
+    if iteration is None:
+        iteration = ckpt._counter + 1
+    return int(iteration)
+
+
+def _meta(ckpt, obj, iteration):
+    """Return the metadata this rank's snapshot of ``obj`` at ``iteration`` records."""
+    meta = _resize.generation_meta(obj, ckpt.comm, iteration)
+    meta[_lineage.RUN_KEY] = ckpt.run_id
+    meta.update(_lineage.optimizer_meta(obj))
+    meta.update(_shards.meta())
+    return meta
+
+
+def save_sync(ckpt, obj, iteration):
+    """Write this rank's snapshot of ``obj`` before returning its file name; raise if it cannot."""
+    start = time.monotonic()
+    iteration = _iteration(ckpt, obj, iteration)
+    ckpt._ensure_ready()
+    final = ckpt.filename(iteration)
+    meta = _meta(ckpt, obj, iteration)
+    size = _writer.write_atomically(final, lambda f: _safe_npz.write(f, obj, meta))
+    ckpt._counter = iteration
+    st = ckpt._stats
+    st['saves'] += 1
+    st['bytes_saved'] += size
+    st['last_saved_iteration'] = iteration
+    ckpt._saves_since_gc += 1
+    if ckpt._saves_since_gc >= ckpt.gc_interval:
+        ckpt._saves_since_gc = 0
+        ckpt.collect()
+    st['save_seconds'] += time.monotonic() - start
+    return final
+
+
+def save_background(ckpt, obj, iteration):
+    """Copy the snapshot into the staging buffers and start its write; return the file name.
+
+    A save that cannot be made (the write before it never finished, the directory cannot be
+    written) returns None; it is reported at the next agreement (or at the end) and counted.
+    """
+    start = time.monotonic()
+    iteration = _iteration(ckpt, obj, iteration)
+    kill_point('before-copy', ckpt.comm.rank)
+    if not drain(ckpt):   # the staging buffers are still being written
+        ckpt._pending.append(_background.Outcome(iteration, error=TimeoutError(
+            'the write of iteration {} before it had not finished after {:.0f} s'.format(
+                flight_iteration(ckpt), ckpt.write_timeout))))
+        return None
+    problem = ckpt._readiness_problem()
+    if problem is not None:
+        ckpt._pending.append(_background.Outcome(iteration, error=problem))
+        return None
+    final = ckpt.filename(iteration)
+    meta = _meta(ckpt, obj, iteration)
+    meta[_complete.BACKGROUND_KEY] = 1
+    arrays = _safe_npz.to_arrays(ckpt._staging.copy(_staging.capture(obj)), meta)
+    kill_point('after-copy', ckpt.comm.rank)
+    rank = ckpt.comm.rank
+    ckpt._flight.start(iteration, lambda: _writer.write_atomically(
+        final, lambda f: _safe_npz.write_arrays(f, arrays), rank))
+    ckpt._counter = iteration
+    ckpt._saves_since_gc += 1
+    if ckpt._saves_since_gc >= ckpt.gc_interval:
+        ckpt._saves_since_gc = 0
+        try:
+            ckpt.collect()
+        except OSError as e:   # the directory went away since the check: the next save says so
+            warnings.warn('rank {}: could not remove old snapshots of {!r} in {}: {}'.format(
+                ckpt.comm.rank, ckpt.name, ckpt.path, e), CheckpointWarning, stacklevel=4)
+    ckpt._stats['save_seconds'] += time.monotonic() - start
+    return final
+
+
+def flight_iteration(ckpt):
+    """Return the iteration of the write in flight (or of the last one started)."""
+    return ckpt._flight._iteration
+
+
+def drain(ckpt, timeout=None):
+    """Wait (bounded) for this rank's write in flight and keep its outcome; return whether none is left.
+
+    Not a collective.  The wait is its own trace event (``checkpoint wait``).
+    """
+    if not ckpt._flight.busy:
+        return True
+    start = time.monotonic()
+    with trace.span('checkpoint wait', 'io'):
+        outcome = ckpt._flight.wait(ckpt.write_timeout if timeout is None else timeout)
+    ckpt._stats['wait_seconds'] += time.monotonic() - start
+    if outcome is None:
+        return True
+    ckpt._pending.append(outcome)
+    if outcome.ok:
+        st = ckpt._stats
+        st['saves'] += 1
+        st['bytes_saved'] += outcome.size
+        st['write_seconds'] += outcome.seconds
+        st['last_saved_iteration'] = outcome.iteration
+    if len(ckpt._pending) > 8:   # saves without agreements between them: say it here
+        report_alone(ckpt, ckpt._pending[:-8])
+        del ckpt._pending[:-8]
+    return outcome.finished
+
+
+def report_alone(ckpt, outcomes):
+    """Report, on this rank only (no agreement comes), the saves among ``outcomes`` that failed."""
+    for o in outcomes:
+        if not o.ok:
+            ckpt._stats['failed_saves'] += 1
+            ckpt._stats.setdefault('failed_alone', 0)
+            ckpt._stats['failed_alone'] += 1
+            warnings.warn('rank {}: the snapshot of iteration {} of {!r} was not written: {}; '
+                          'the newest complete generation stays'.format(
+                              ckpt.comm.rank, o.iteration, ckpt.name, o.why()),
+                          CheckpointWarning, stacklevel=4)
+
+
+def settle(ckpt):
+    """Wait for this rank's write in flight, agree on every rank's, and record complete generations.
+
+    Collective: every rank calls it at the same point (the extension does before each save;
+    the preemption handler after its save).  A generation is recorded complete when every
+    rank's write of it finished.  A save that failed on any rank is reported once for the job
+    (naming the ranks and why), counted, and the files the other ranks wrote of it are
+    removed: the newest complete generation stays and the next save tries again.
+    """
+    drain(ckpt)
+    mine = [(o.iteration, o.ok, o.why()) for o in ckpt._pending]
+    ckpt._pending = []
+    kill_point('before-agreement', ckpt.comm.rank)
+    views = ckpt.comm.allgather_obj(mine)
+    reports = {}
+    for r, outcomes in enumerate(views):
+        for it, ok, why in outcomes:
+            reports.setdefault(it, {})[r] = (ok, why)
+    failed = sorted(it for it, rs in reports.items() if any(not ok for ok, _ in rs.values()))
+    done = sorted(it for it, rs in reports.items()
+                  if it not in failed and len(rs) == ckpt.comm.size)
+    for it in failed:
+        ckpt._stats['failed_saves'] += 1
+        if reports[it].get(ckpt.comm.rank, (False,))[0]:
+            ckpt._remove(ckpt.filename(it))   # an incomplete generation is not kept
+    if done:
+        ckpt._committed.update(done)
+        kill_point('before-record', ckpt.comm.rank)
+        _write_record(ckpt)
+        kill_point('after-record', ckpt.comm.rank)
+    if failed:
+        newest = max(ckpt._committed) if ckpt._committed else None
+        voice.warn_all('chainermn checkpoint {!r}: {}; the files of it that were written are '
+                       'removed, the newest complete generation ({}) stays, training goes on and '
+                       'the next save tries again'.format(
+                           ckpt.name, '; '.join('the save of iteration {} failed on rank(s) {}'
+                                                .format(it, ', '.join(
+                                                    '{} ({})'.format(r, why) for r, (ok, why)
+                                                    in sorted(reports[it].items()) if not ok))
+                                                for it in failed),
+                           'iteration {}'.format(newest) if newest is not None else 'none yet'),
+                       CheckpointWarning, ckpt.comm.rank, stacklevel=3)
+    return done[-1] if done else None
+
+
+def _write_record(ckpt):
+    """Record this rank's files of the complete generations (a warning when it cannot)."""
+    try:
+        mine = set(ckpt.local_iterations())
+        _complete.write_record(ckpt.path, ckpt.name, ckpt.comm.rank, ckpt.run_id,
+                               sorted(ckpt._committed & mine))
+    except OSError as e:
+        warnings.warn('rank {}: could not record the complete generations of {!r} in {}: {}; '
+                      'they still load while every rank\'s file of them is on disk'.format(
+                          ckpt.comm.rank, ckpt.name, ckpt.path, e), CheckpointWarning, stacklevel=4)
+
+
+def complete_floor(ckpt, files, meta_of):
+    """Return the newest iteration known complete (agreed, or every rank's file seen), or -1."""
+    size = ckpt.comm.size
+    by_it = {}
+    for r, it in files:
+        by_it.setdefault(it, set()).add(r)
+    seen = [it for it, ranks in by_it.items() if all(r in ranks for r in range(size)) and all(
+        isinstance(meta_of(it, r), dict) and meta_of(it, r).get('world_size') == size
+        for r in range(size))]
+    return max(list(ckpt._committed) + seen + [-1])
+
+
+def finish(ckpt):
+    """At the end (not a collective): wait for the write in flight and report what never was agreed."""
+    drain(ckpt)
+    report_alone(ckpt, ckpt._pending)
+    ckpt._pending = []
+    failed = ckpt._stats['failed_saves'] - ckpt._stats.get('failed_alone', 0)
+    if failed and ckpt.comm.rank == 0:   # agreed: the same count on every rank
+        warnings.warn('chainermn checkpoint {!r}: {} save(s) of the job failed (each was reported '
+                      'when it failed)'.format(ckpt.name, failed), CheckpointWarning, stacklevel=3)
+    if ckpt._flight.busy:
+        warnings.warn('rank {}: the snapshot write of iteration {} of {!r} had not finished after '
+                      '{:.0f} s; that generation is incomplete and will not be loaded'.format(
+                          ckpt.comm.rank, flight_iteration(ckpt), ckpt.name, ckpt.write_timeout),
+                      CheckpointWarning, stacklevel=3)

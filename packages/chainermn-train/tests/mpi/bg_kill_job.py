@@ -1,0 +1,67 @@
+"""A job killed at one point of a background save, and the job that resumes after it.
+
+Run by test_background_checkpoint_mpi.py at 2 ranks: ``write PATH POINT@RANK`` saves iterations
+5 and 10 (agreed complete), arms the kill hook, saves 15 and agrees on it (the process named is
+SIGKILLed at that point, so the job ends there); ``resume PATH`` loads and prints what it loaded.
+"""
+
+import os
+import sys
+
+import chainer
+import numpy
+
+import chainermn_comm
+from chainermn_train import create_multi_node_checkpointer
+from chainermn_train.checkpoint import _background
+
+
+class Model(chainer.Link):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.W = chainer.Parameter(numpy.zeros((256, 256), numpy.float32))
+
+
+def write(comm, path, arm):
+    cp = create_multi_node_checkpointer('k', comm, path=path, cp_interval=1, gc_interval=1)
+    model = Model()
+    for it in (5, 10):
+        cp.settle()
+        model.W.array[...] = it
+        cp.save(model, iteration=it)
+        model.W.array[...] = -1   # training goes on: what was copied at the save is written
+    cp.settle()   # 10 is complete
+    _background.kill_at = arm
+    model.W.array[...] = 15
+    cp.save(model, iteration=15)
+    model.W.array[...] = -1
+    cp.settle()
+    print('DONE rank', comm.rank, flush=True)
+
+
+def resume(comm, path):
+    complete15 = all(os.path.exists(os.path.join(path, 'k.{}.15'.format(r))) for r in range(comm.size))
+    cp = create_multi_node_checkpointer('k', comm, path=path, cp_interval=1, gc_interval=1)
+    model = Model()
+    got = cp.maybe_load(model)
+    want = 15 if complete15 else 10
+    assert got == want, (got, want)
+    assert (model.W.array == want).all(), model.W.array[0, :4]
+    comm.allreduce_obj(0)
+    left = sorted(os.listdir(path))
+    assert 'k.{}.15'.format(comm.rank) not in left or want == 15, left   # an incomplete one is removed
+    assert not [n for n in left if n.startswith('.k.{}.'.format(comm.rank)) and n.endswith('.tmp')], left
+    print('LOADED {} rank {}'.format(got, comm.rank), flush=True)
+
+
+def main():
+    comm = chainermn_comm.create_communicator('naive')
+    if sys.argv[1] == 'write':
+        write(comm, sys.argv[2], sys.argv[3])
+    else:
+        resume(comm, sys.argv[2])
+
+
+if __name__ == '__main__':
+    main()
