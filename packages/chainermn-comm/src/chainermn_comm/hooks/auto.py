@@ -77,7 +77,8 @@ class Auto(WireHook):
         """
         p = self.powersgd
         if self._tuning is None:
-            wire_ready = getattr(comm, '_wire_tuned', lambda wire: True)('auto')
+            averaging = getattr(comm, 'averaging', None)
+            wire_ready = True if averaging is None else averaging.wire_tuned('auto')
             if self._updates <= getattr(p, 'start_update', 0) or not wire_ready:
                 return self._auto_wire
             p.updates = max(p.updates, getattr(p, 'start_update', 0))  # compresses from its first call

@@ -137,10 +137,10 @@ def mean(comm, arrays, wire=None):
     ``'bfloat16'``, ``numpy.float64``, ... or ``'auto'``, as ``allreduce_grad_dtype``.  The same
     path as ``multi_node_mean_grad``; every rank must call it with the same shapes and dtypes.
     """
-    impl = getattr(comm, '_mean_arrays', None)
-    if impl is None:
+    averaging = getattr(comm, 'averaging', None)
+    if averaging is None:
         raise TypeError('chainermn.hooks.mean needs a chainermn communicator (create_communicator); '
                         'got {}'.format(type(comm).__name__))
     arrays = list(arrays)
     if arrays:
-        impl(arrays, _dtypes.validate_grad_dtype(wire))
+        averaging.mean_arrays(arrays, _dtypes.validate_grad_dtype(wire))

@@ -139,6 +139,7 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
 
 def apply_reducer_config(reducer, cfg):
     """Set the knobs of ``cfg`` (those present) on ``reducer``; return the wire dtype to use."""
+    reducer.tuned_by = None
     if 'shared' in cfg or 'shm_chunk' in cfg:
         reducer.configure(shared=cfg.get('shared'), chunk_bytes=cfg.get('shm_chunk'))
     if 'chunk' in cfg:
@@ -161,6 +162,8 @@ class CallTuning:
         self.tuner = None
         #: Called after each schedule (e.g. to free the buffers of the values not chosen).
         self.on_decided = on_decided
+        #: The wire of the settled choice, once it is set on the reducer (``TunedMean``).
+        self.dtype = None
 
     @property
     def choice(self):
@@ -196,16 +199,24 @@ def wire_axes():
 
 
 class TunedMean:
-    """``NodeReducer.mean`` of the plain path (``multi_node_mean_grad``) under a :class:`Tuner`."""
+    """``NodeReducer.mean`` of the plain path (``multi_node_mean_grad``) under a :class:`Tuner`.
+
+    Once a schedule has decided, the choice is set on the reducer (``reducer.tuned_by`` names
+    this tuning) and the calls until the next check need no tuner: the averaging interface
+    (``chainermn_comm.averaging``) runs them straight on the reducer, counting them in
+    ``tuning.tuner.calls``, while ``by_sizes`` and ``reducer.tuned_by`` say so.
+    """
 
     def __init__(self, reducer, grad_dtype, what='multi_node_mean_grad'):
         self.reducer = reducer
         self.grad_dtype = grad_dtype
         self.what = what
-        self._active = reducer.mpi_comm.Get_size() > 1 and (is_auto(grad_dtype) or knobs_tunable())
+        #: Whether anything is tuned (more than one rank, and a wire or a knob to choose).
+        self.active = reducer.mpi_comm.Get_size() > 1 and (is_auto(grad_dtype) or knobs_tunable())
         self.tuning = self._new_tuning({'dtype': None if is_auto(grad_dtype) else grad_dtype})
         #: One schedule per set of gradients, by (arrays, elements): another model tunes anew.
-        self._by_sizes = {}
+        self.by_sizes = {}
+        self._by_sizes = self.by_sizes  # the older name (tests read it)
 
     def _new_tuning(self, initial):
         reducer, grad_dtype = self.reducer, self.grad_dtype
@@ -222,20 +233,24 @@ class TunedMean:
 
     def mean(self, arrays):
         """Average host ``arrays`` in place with the configuration the schedule gives this call."""
-        if not self._active:
+        if not self.active:
             self.reducer.mean(arrays, dtype=self.dtype)
             return
         sizes = (len(arrays), sum(a.size for a in arrays))
-        tuning = self._by_sizes.get(sizes)
+        tuning = self.by_sizes.get(sizes)
         if tuning is None:
-            if self._by_sizes:  # another set of gradients: its own schedule, from the choice so far
+            if self.by_sizes:  # another set of gradients: its own schedule, from the choice so far
                 tuning = self._new_tuning(self.tuning.choice)
-                if len(self._by_sizes) >= _SETS:
-                    self._by_sizes.pop(next(iter(self._by_sizes)))
+                if len(self.by_sizes) >= _SETS:
+                    self.by_sizes.pop(next(iter(self.by_sizes)))
             else:
                 tuning = self.tuning
-            self._by_sizes[sizes] = tuning
+            self.by_sizes[sizes] = tuning
         self.tuning = tuning
         dtype = apply_reducer_config(self.reducer, self.tuning.begin())
         self.reducer.mean(arrays, dtype=dtype)
         self.tuning.end()
+        tuner = tuning.tuner
+        if tuner is not None and not tuner.tuning:  # settled: set the choice for the calls to come
+            tuning.dtype = apply_reducer_config(self.reducer, tuner.choice)
+            self.reducer.tuned_by = tuning
