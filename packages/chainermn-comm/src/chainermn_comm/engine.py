@@ -19,8 +19,9 @@ here, never from comm's underscore modules (a test walks the sources for that).
 - :func:`mark_next_collective`, :func:`collective_marks`: let one int per rank ride on the
   agreement check of a communicator's next collective call (no message of its own), and read
   every rank's; :func:`rank_hosts`: every rank's host, when the communicator knows them.
-- :class:`Tuner`, :func:`reducer_axes`, :func:`apply_reducer_config`, :func:`knobs_tunable`,
-  :func:`is_auto`, :data:`WIRE_AUTO`: tune an average on the job's own calls, the same on every
+- :class:`CallTuning` (the one tuning driver: ``begin``/``end`` around each call), :func:`first`
+  (an axis's values, the current one first), :class:`Tuner`, :func:`reducer_axes`,
+  :func:`apply_reducer_config`, :func:`knobs_tunable`, :func:`is_auto`, :data:`WIRE_AUTO`: tune an average on the job's own calls, the same on every
   rank (``reduce.tune``); :func:`grad_dtype`: a communicator's wire now, ``'auto'`` resolved.
 """
 
@@ -31,12 +32,13 @@ from chainermn_comm.reduce.node_shared import NodeReducer
 from chainermn_comm.reduce.stream import Pacer
 from chainermn_comm._topology import detect_topology
 from chainermn_comm.reduce.tune import AUTO as WIRE_AUTO
-from chainermn_comm.reduce.tune import Tuner, apply_reducer_config, is_auto, knobs_tunable, reducer_axes
+from chainermn_comm.reduce.tune import (CallTuning, Tuner, apply_reducer_config, first, is_auto, knobs_tunable,
+                                        reducer_axes)
 
-__all__ = ['Averaging', 'ModelAverage', 'averaging_of', 'ChunkedReducer', 'NodeReducer', 'Pacer', 'detect_topology', 'fail_together',
-           'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
-           'knobs_tunable', 'is_auto', 'WIRE_AUTO', 'grad_dtype', 'mark_next_collective',
-           'collective_marks', 'rank_hosts']
+__all__ = ['Averaging', 'ModelAverage', 'averaging_of', 'ChunkedReducer', 'NodeReducer', 'Pacer',
+           'detect_topology', 'fail_together', 'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
+           'knobs_tunable', 'is_auto', 'CallTuning', 'first', 'WIRE_AUTO', 'grad_dtype',
+           'mark_next_collective', 'collective_marks', 'rank_hosts']
 
 
 def grad_dtype(communicator):

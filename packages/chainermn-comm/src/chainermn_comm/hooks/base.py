@@ -73,6 +73,8 @@ class CommHook:
     is_wire = False
     #: The wire of a built-in wire hook (an ``allreduce_grad_dtype`` value).
     wire = None
+    #: Whether the hook keeps state for one model (then it serves one optimizer only).
+    stateful = True
 
     def __call__(self, comm, bucket):
         """Leave ``bucket.grads`` averaged over the ranks of ``comm``, in place."""
@@ -100,6 +102,7 @@ class WireHook(CommHook):
     """
 
     is_wire = True
+    stateful = False
 
     def __init__(self, wire):
         self.wire = _dtypes.validate_grad_dtype(wire)
@@ -118,6 +121,8 @@ class WireHook(CommHook):
 
 class FunctionHook(CommHook):
     """A plain function ``fn(comm, bucket)`` used as a hook (no state to save)."""
+
+    stateful = False
 
     def __init__(self, fn):
         if not callable(fn):

@@ -33,7 +33,7 @@ from chainermn_comm.reduce.schedule import (DROP, DROP_FIRST, MARGIN, MAX_CALLS,
 from chainermn_comm import settings
 from chainermn_comm.protocol import SHM_REDUCE_ENV, TUNE_ENV
 
-__all__ = ['Tuner', 'CallTuning', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config',
+__all__ = ['Tuner', 'CallTuning', 'first', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config',
            'knobs_tunable', 'is_auto', 'AUTO', 'WIRE_CHOICES', 'host_wire_choices', 'label', 'SAMPLES', 'DROP', 'DROP_FIRST',
            'MARGIN', 'MAX_CALLS', 'RECHECK_FIRST', 'RECHECK_EVERY']
 
@@ -88,8 +88,13 @@ def host_wire_choices(mpi_comm):
 
 
 # -- the host reducer's axes ------------------------------------------------------------------
-def _first(current, values):
-    """Return ``values`` with ``current`` first (added when missing)."""
+def first(current, values):
+    """Return ``values`` with ``current`` first (added when missing): an axis's values, the current one first.
+
+    Values are told apart by how they are written (:func:`label`): ``numpy.float16`` and
+    ``dtype('float16')`` are one value; so are two hooks of the same name.  Every tuner's axes
+    (the host average, ``overlap=True``, ``hooks.Auto``) use this one comparison.
+    """
     return (current,) + tuple(v for v in values if label(v) != label(current))
 
 
@@ -109,7 +114,7 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
         def dtype(c):
             if reducer.shared_usable and reducer.topology.inter_size == 1:
                 return ()  # one node averages in shared memory: no wire, nothing to choose
-            return _first(c.get('dtype'), wires)
+            return first(c.get('dtype'), wires)
         axes.append(('dtype', dtype))
     if not knobs:
         return axes
@@ -119,12 +124,12 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
         if not reducer.shared_usable or settings.is_set(SHM_REDUCE_ENV) or size != 2 \
                 or not exact:
             return ()
-        return _first(reducer.use_shared, (True, False))
+        return first(reducer.use_shared, (True, False))
 
     def shm_chunk(c):
         if not (reducer.shared_usable and c.get('shared', reducer.use_shared)) or reducer.chunk_pinned:
             return ()
-        return _first(reducer.chunk_bytes, _shm_reduce.SHM_CHUNK_CHOICES)
+        return first(reducer.chunk_bytes, _shm_reduce.SHM_CHUNK_CHOICES)
 
     def chunk(c):
         chunked = reducer.chunked
@@ -132,7 +137,7 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
         uses_mpi = not (reducer.shared_usable and c.get('shared', reducer.use_shared))
         if not uses_mpi or chunked.chunk_pinned or not (size == 2 or lossy):
             return ()
-        return _first(chunked.chunk_bytes, _grad.LOSSY_CHUNK_CHOICES if lossy else _grad.CHUNK_CHOICES)
+        return first(chunked.chunk_bytes, _grad.LOSSY_CHUNK_CHOICES if lossy else _grad.CHUNK_CHOICES)
     axes += [('shared', shared), ('shm_chunk', shm_chunk), ('chunk', chunk)]
     return axes
 
@@ -195,7 +200,7 @@ class CallTuning:
 
 def wire_axes():
     """Return the axes of a wire format tuned alone (``'auto'`` on the GPU communicators)."""
-    return [('dtype', lambda c: _first(c.get('dtype'), WIRE_CHOICES))]
+    return [('dtype', lambda c: first(c.get('dtype'), WIRE_CHOICES))]
 
 
 class TunedMean:
