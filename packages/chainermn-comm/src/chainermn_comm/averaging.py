@@ -23,7 +23,6 @@ GPU communicators) -> MPI or NCCL.
 
 import contextlib
 import operator
-import weakref
 
 import numpy
 
@@ -89,17 +88,13 @@ class Averaging:
         self._device_wire_tuned = device_wire_tuned
         self._tuned = {}     # wire as given -> TunedMean (a cache of _by_label)
         self._by_label = {}  # the wire's label -> TunedMean
-        self._models = weakref.WeakKeyDictionary()  # model -> its built-in ModelAverage
 
     def model_average(self, model):
-        """Return the built-in :class:`ModelAverage` of ``model`` (``multi_node_mean_grad``'s), kept per model."""
-        try:
-            avg = self._models.get(model)
-        except TypeError:  # not weakly referenceable: a new layout every call
-            return ModelAverage(self.comm, model, builtin=True)
-        if avg is None:
-            avg = self._models[model] = ModelAverage(self.comm, model, builtin=True)
-        return avg
+        """Return the built-in :class:`ModelAverage` of ``model`` (what ``multi_node_mean_grad`` runs).
+
+        A new one per call: a communicator keeps no model alive (the optimizer keeps its own).
+        """
+        return ModelAverage(self.comm, model, builtin=True)
 
     # -- the wires and their tuners ---------------------------------------------------------
     def mean_arrays(self, arrays, wire):
@@ -213,10 +208,12 @@ class ModelAverage:
     ``hook`` is a :class:`~chainermn_comm.hooks.CommHook` (None: the communicator's own
     average).  ``zero_fill``: parameters without a gradient take part with zeros.  ``builtin``:
     the built-in average whatever the communicator's class overrides (its own
-    ``multi_node_mean_grad`` uses that).
+    ``multi_node_mean_grad`` uses that).  ``background``: an object whose ``swap(model)`` averages
+    in a background thread and hands back the last average (chainermn-train's double buffering,
+    which takes the built-in wires only: ``hook`` then names the wire it uses).
     """
 
-    def __init__(self, comm, model, hook=None, zero_fill=True, builtin=False):
+    def __init__(self, comm, model, hook=None, zero_fill=True, builtin=False, background=None):
         self.comm = comm
         self.model = model
         self.hook = hook
@@ -226,8 +223,13 @@ class ModelAverage:
         self._ids = None
         self._params = []
         self._names = []
-        if hook is not None:
+        #: What averages in a background thread (``double_buffering=True``: its ``swap(model)``).
+        self.background = background
+        if background is not None:
             #: The strategy: ``mean(zero_fill=None)`` averages the model's gradients in place.
+            self.mean = self._mean_background
+            self.strategy = 'background'
+        elif hook is not None:
             self.mean = self._mean_hook
             self.strategy = 'hook'
         elif not builtin and (self.averaging is None or own_mean_method(comm) is not None):
@@ -297,6 +299,10 @@ class ModelAverage:
         return kept, kept_names
 
     # -- the strategies ------------------------------------------------------------------------
+    def _mean_background(self, zero_fill=None):
+        """Double buffering: start this update's average in the background, take the last one."""
+        self.background.swap(self.model)
+
     def _mean_own(self, zero_fill=None):
         """The communicator's own method (a user's communicator, or a subclass that overrides it)."""
         zero_fill = self.zero_fill if zero_fill is None else zero_fill

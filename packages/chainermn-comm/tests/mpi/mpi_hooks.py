@@ -368,6 +368,14 @@ def test_a_collective_called_inside_a_hook_raises_a_clear_error():
                        match=r"rank \d+: the communication hook .*chatty.* called the communicator's "
                              r"allreduce\(\); .*chainermn.hooks.mean\(comm, arrays\)"):
         hooks.mean_model(comm, model, hooks.resolve(chatty))
+
+    def nested(c, bucket):
+        c.multi_node_mean_grad(model)
+
+    _grads(model, 0)
+    with pytest.raises(chainermn_comm.CommunicationError,
+                       match=r"the communication hook .*nested.* called the communicator's allreduce_grad\(\)"):
+        hooks.mean_model(comm, model, hooks.resolve(nested))
     # Outside the hook the communicator works as before, and hooks.mean inside a hook too.
     assert comm.allreduce(numpy.ones(2, numpy.float32)).tolist() == [COMM.Get_size()] * 2
 

@@ -201,10 +201,7 @@ class MultiNodeOptimizer:
         finite = self._mn_finite
         if finite is not None:
             finite.before(target)
-        if self._mn_double is not None:
-            self._mn_double.swap(target)
-        else:
-            self._mn_avg.mean(self.zero_fill)  # fresh: _mn_params_created made it for this target
+        self._mn_avg.mean(self.zero_fill)  # fresh: _mn_params_created made it for this target
         if finite is not None and not self._mn_finite_ok(finite):
             return
         self._mn_apply(on)
@@ -252,7 +249,8 @@ class MultiNodeOptimizer:
         avg = self._mn_avg
         target = self.actual_optimizer.target
         if avg is None or avg.model is not target or avg.hook is not self.comm_hook:
-            avg = engine.ModelAverage(self.communicator, target, self.comm_hook, self.zero_fill)
+            avg = engine.ModelAverage(self.communicator, target, self.comm_hook, self.zero_fill,
+                                      background=self._mn_double)
             self.__dict__['_mn_avg'] = avg
         return avg
 

@@ -54,11 +54,11 @@ class ModelCollectives:
     def _hook_scope(self, hook):
         """While a communication hook runs, make this communicator's own collectives raise a clear error."""
         guard = self._guard
-        self._guard = _finalize.HookGuard(guard, hook, self._rank)
+        self._guard = self._averaging.guard = _finalize.HookGuard(guard, hook, self._rank)
         try:
             yield
         finally:
-            self._guard = guard
+            self._guard = self._averaging.guard = guard
 
     def bcast_data(self, model):
         named = [(n, p) for n, p in sorted(model.namedparams(), key=lambda kv: kv[0]) if p.array is not None]
