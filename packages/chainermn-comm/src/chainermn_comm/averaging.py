@@ -23,6 +23,7 @@ GPU communicators) -> MPI or NCCL.
 
 import contextlib
 import operator
+import weakref
 
 import numpy
 
@@ -37,6 +38,11 @@ _PARAM = operator.itemgetter(1)
 _SHAPE = operator.attrgetter('shape')
 _DTYPE = operator.attrgetter('dtype')
 _SIZE = operator.attrgetter('size')
+
+
+def _weak(method):
+    """Return a weak reference to the bound ``method`` (call it to get the method), or None."""
+    return None if method is None else weakref.WeakMethod(method)
 
 
 def averaging_of(comm):
@@ -74,7 +80,11 @@ class Averaging:
 
     def __init__(self, comm, guard, reducer, base_class, hold_hook=None, device_mean=None,
                  device_wire_tuned=None):
-        self.comm = comm
+        # The communicator owns this object: hold it (and its methods) weakly, so that no cycle
+        # keeps a dropped communicator for the garbage collector, which would free its MPI
+        # resources (collective frees) at a moment that differs between ranks.
+        #: The communicator (a weak proxy).
+        self.comm = weakref.proxy(comm)
         #: The communicator's call guard (``with guard(name, sig, key=..., traced=...)``).
         self.guard = guard
         #: The host reducer (None after ``free``).
@@ -83,18 +93,11 @@ class Averaging:
         self.rank = comm.rank
         #: The NCCL group over all ranks that averages device gradients (pure_nccl, single_node), or None.
         self.nccl = None
-        self._hold_hook = hold_hook
-        self._device_mean = device_mean
-        self._device_wire_tuned = device_wire_tuned
+        self._hold_hook = _weak(hold_hook)
+        self._device_mean = _weak(device_mean)
+        self._device_wire_tuned = _weak(device_wire_tuned)
         self._tuned = {}     # wire as given -> TunedMean (a cache of _by_label)
         self._by_label = {}  # the wire's label -> TunedMean
-
-    def model_average(self, model):
-        """Return the built-in :class:`ModelAverage` of ``model`` (what ``multi_node_mean_grad`` runs).
-
-        A new one per call: a communicator keeps no model alive (the optimizer keeps its own).
-        """
-        return ModelAverage(self.comm, model, builtin=True)
 
     # -- the wires and their tuners ---------------------------------------------------------
     def mean_arrays(self, arrays, wire):
@@ -103,7 +106,7 @@ class Averaging:
         ``wire`` is an ``allreduce_grad_dtype`` (None, a float dtype, ``'bfloat16'``, ``'auto'``);
         each wire has its own tuner.  Not checked: callers hold the guard.
         """
-        if self._device_mean is not None and self._device_mean(arrays, wire):
+        if self._device_mean is not None and self._device_mean()(arrays, wire):
             return
         staged = []
         copied = False
@@ -173,7 +176,7 @@ class Averaging:
     def wire_tuned(self, wire):
         """Return whether the average of ``wire`` finished its first tuning schedule (or needs none)."""
         if self._device_wire_tuned is not None:
-            done = self._device_wire_tuned(wire)
+            done = self._device_wire_tuned()(wire)
             if done is not None:
                 return done
             return self._host_wire_tuned(wire) or self.comm.size == 1 or not _tune.is_auto(wire)
@@ -192,7 +195,7 @@ class Averaging:
         if self._hold_hook is None:
             yield
             return
-        with self._hold_hook(hook):
+        with self._hold_hook()(hook):
             yield
 
     def free(self):
@@ -226,18 +229,19 @@ class ModelAverage:
         #: What averages in a background thread (``double_buffering=True``: its ``swap(model)``).
         self.background = background
         if background is not None:
-            #: The strategy: ``mean(zero_fill=None)`` averages the model's gradients in place.
-            self.mean = self._mean_background
             self.strategy = 'background'
         elif hook is not None:
-            self.mean = self._mean_hook
             self.strategy = 'hook'
         elif not builtin and (self.averaging is None or own_mean_method(comm) is not None):
-            self.mean = self._mean_own
             self.strategy = 'communicator'
         else:
-            self.mean = self._mean_exact
             self.strategy = 'wire'
+        # The function (not a bound method: no cycle through this object) that ``mean`` runs.
+        self._run = _STRATEGIES[self.strategy]
+
+    def mean(self, zero_fill=None):
+        """Average the model's gradients in place with the strategy (``zero_fill`` None: as made)."""
+        self._run(self, zero_fill)
 
     def __repr__(self):
         return '<ModelAverage {} of {} on {!r}>'.format(
@@ -378,6 +382,10 @@ class ModelAverage:
             return
         with averaging.hook_running(self.hook):
             self.hook(self.comm, bucket)
+
+
+_STRATEGIES = {'background': ModelAverage._mean_background, 'hook': ModelAverage._mean_hook,
+               'communicator': ModelAverage._mean_own, 'wire': ModelAverage._mean_exact}
 
 
 def _traced(grads, wire):

@@ -386,3 +386,24 @@ def test_a_collective_called_inside_a_hook_raises_a_clear_error():
     hooks.mean_model(comm, model, hooks.resolve(polite))
     _same_everywhere(_snapshot(model))
     comm.finalize()
+
+
+def test_a_dropped_communicator_is_freed_at_once():
+    """No reference cycle through the averaging interface: a dropped communicator goes at once.
+
+    Otherwise the garbage collector would free it (and its MPI resources) later, at a moment
+    that differs between ranks.
+    """
+    import gc
+    import weakref
+    gc.disable()
+    try:
+        comm = chainermn_comm.create_communicator('naive')
+        model = Model()
+        _grads(model, 0)
+        hooks.mean_model(comm, model, hooks.resolve(lambda c, bucket: hooks.mean(c, bucket.grads)))
+        refs = [weakref.ref(comm), weakref.ref(comm.averaging)]
+        del comm
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()

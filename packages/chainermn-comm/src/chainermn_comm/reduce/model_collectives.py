@@ -83,7 +83,8 @@ class ModelCollectives:
         The built-in strategy of :class:`chainermn_comm.averaging.ModelAverage` (exact, or the
         communicator's ``allreduce_grad_dtype`` on the wire), under the checked call.
         """
-        self._averaging.model_average(model).mean(zero_fill)
+        from chainermn_comm.averaging import ModelAverage
+        ModelAverage(self, model, builtin=True).mean(zero_fill)
 
     def allreduce_grad(self, model, zero_fill=True):
         """Deprecated alias of :meth:`multi_node_mean_grad` (Chainer v7's older name)."""
