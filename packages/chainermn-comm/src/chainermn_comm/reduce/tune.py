@@ -98,6 +98,9 @@ def first(current, values):
     return (current,) + tuple(v for v in values if label(v) != label(current))
 
 
+_first = first  # the older name (tests use it)
+
+
 def reducer_axes(reducer, grad_dtype, knobs=True):
     """Return the axes of a :class:`NodeReducer`'s average: wire format, shared memory, chunks.
 
