@@ -31,7 +31,7 @@ from chainermn_comm import _arrays, trace
 from chainermn_comm.reduce import chunked as _grad
 from chainermn_comm.reduce import tune as _tune
 
-__all__ = ['Averaging', 'ModelAverage', 'averaging_of', 'own_mean_method']
+__all__ = ['Averaging', 'ModelAverage', 'averaging_of', 'own_mean_method', 'arrays_traced']
 
 _NAME = operator.itemgetter(0)
 _PARAM = operator.itemgetter(1)
@@ -389,5 +389,17 @@ _STRATEGIES = {'background': ModelAverage._mean_background, 'hook': ModelAverage
 
 
 def _traced(grads, wire):
-    from chainermn_comm.reduce.model_collectives import arrays_traced
     return arrays_traced(grads, 'mean', wire)
+
+
+def arrays_traced(arrays, op, wire_dtype=None):
+    """Return the trace arguments of a collective over ``arrays`` (``grad`` for averages)."""
+    dtypes = {a.dtype for a in arrays}
+    args = {'bytes': sum(a.nbytes for a in arrays), 'op': op,
+            'dtype': dtypes.pop().name if len(dtypes) == 1 else ('mixed' if dtypes else '')}
+    if op == 'mean':
+        args['grad'] = True
+        if wire_dtype is not None and numpy.dtype(wire_dtype).name != args['dtype']:
+            args['wire_dtype'] = numpy.dtype(wire_dtype).name
+    return args
+

@@ -5,22 +5,11 @@ import contextlib
 import numpy
 
 from chainermn_comm import _arrays, _finalize
+from chainermn_comm.averaging import Averaging, ModelAverage, arrays_traced
 from chainermn_comm.reduce import chunked as _grad
 from chainermn_comm import trace
 
 __all__ = ['ModelCollectives', 'arrays_traced']
-
-
-def arrays_traced(arrays, op, wire_dtype=None):
-    """Return the trace arguments of a collective over ``arrays`` (``grad`` for averages)."""
-    dtypes = {a.dtype for a in arrays}
-    args = {'bytes': sum(a.nbytes for a in arrays), 'op': op,
-            'dtype': dtypes.pop().name if len(dtypes) == 1 else ('mixed' if dtypes else '')}
-    if op == 'mean':
-        args['grad'] = True
-        if wire_dtype is not None and numpy.dtype(wire_dtype).name != args['dtype']:
-            args['wire_dtype'] = numpy.dtype(wire_dtype).name
-    return args
 
 
 class ModelCollectives:
@@ -46,7 +35,6 @@ class ModelCollectives:
 
     def _make_averaging(self, base_class):
         """Return this communicator's averaging interface (after ``_guard`` and ``_reducer`` exist)."""
-        from chainermn_comm.averaging import Averaging
         return Averaging(self, self._guard, self._reducer, base_class, hold_hook=self._hook_scope,
                          **self._device_averaging())
 
@@ -83,7 +71,6 @@ class ModelCollectives:
         The built-in strategy of :class:`chainermn_comm.averaging.ModelAverage` (exact, or the
         communicator's ``allreduce_grad_dtype`` on the wire), under the checked call.
         """
-        from chainermn_comm.averaging import ModelAverage
         ModelAverage(self, model, builtin=True).mean(zero_fill)
 
     def allreduce_grad(self, model, zero_fill=True):
