@@ -2,7 +2,7 @@
 
 from chainermn_comm._errors import CommunicationError
 
-__all__ = ['CommunicatorFinalizedError', 'FinalizedGuard', 'close_guard', 'free_comm']
+__all__ = ['CommunicatorFinalizedError', 'FinalizedGuard', 'HookGuard', 'close_guard', 'free_comm']
 
 
 class CommunicatorFinalizedError(CommunicationError):
@@ -23,6 +23,30 @@ class FinalizedGuard:
             '{}: {}() was called after finalize() released this communicator; create a new one '
             'with chainermn.create_communicator() and call finalize() only when no more '
             'communication follows'.format(self._what, name))
+
+
+class HookGuard:
+    """Stand-in for a communicator's call guard while a communication hook runs: calls raise.
+
+    A hook already runs inside the communicator's checked call of the average; a collective of
+    the communicator started from it would nest one checked call in another (and, on a rank
+    whose hook does it alone, wait for ranks that never join).  Everything else is the guard's.
+    """
+
+    def __init__(self, guard, hook, rank):
+        self._guard = guard
+        self._hook = hook
+        self._rank = rank
+
+    def __call__(self, name, *args, **kwargs):
+        raise CommunicationError(
+            'rank {}: the communication hook {!r} called the communicator\'s {}(); a hook runs '
+            'inside the average\'s own checked call and may average only with '
+            'chainermn.hooks.mean(comm, arrays) (or use comm.mpi_comm directly, the same on every '
+            'rank); move other collectives out of the hook'.format(self._rank, self._hook, name))
+
+    def __getattr__(self, name):
+        return getattr(self._guard, name)
 
 
 def close_guard(guard):

@@ -59,6 +59,7 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
         hosts = None if _topology.simulated() else self._topology.hosts
         self._guard = CallGuard(mpi_comm, timeout=timeout, hosts=hosts)
         self._reducer = _shm_reduce.NodeReducer(mpi_comm, self._topology)
+        self._averaging = self._make_averaging(MpiCommunicatorBase)
         #: Whether ``finalize`` frees ``mpi_comm`` (true for communicators made by ``split``).
         self._owns_mpi_comm = False
         trace.communicator_created(mpi_comm)
@@ -103,7 +104,6 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
     def timeout(self):
         """Watchdog timeout in seconds (0 means off)."""
         return self._guard.timeout
-
     # -- argument checks ----------------------------------------------------
     def _check_rank(self, value, what):
         if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)):
@@ -439,11 +439,12 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
         self._guard.leave('called finalize()')
         self._release()
         guard, self._guard = self._guard, _finalize.FinalizedGuard(self)
+        self._averaging.guard = self._guard
         _finalize.close_guard(guard)
         if self._owns_mpi_comm:
             _finalize.free_comm(self._mpi_comm)
 
     def _release(self):
         """Free shared memory, sub-communicators and buffers (collective); subclasses extend it."""
-        reducer, self._reducer = self._reducer, None
-        reducer.free()
+        self._reducer = None
+        self._averaging.free()

@@ -120,18 +120,28 @@ class CommunicatorBase(abc.ABC):
     def bcast_data(self, model):
         """Broadcast the parameter data of a Chainer link from rank 0."""
 
-    @abc.abstractmethod
-    def allreduce_grad(self, model, zero_fill=True):
+    def multi_node_mean_grad(self, model, zero_fill=True):
         """Average the parameter gradients of a Chainer link over all processes.
 
         With ``zero_fill`` a parameter whose gradient is ``None`` takes part with zeros (and
         receives the average); without it such parameters are skipped, so every rank must then
-        have gradients for the same parameters.
+        have gradients for the same parameters.  A communicator class implements this (or, as
+        older code does, ``allreduce_grad``, which this then calls).
         """
+        if type(self).allreduce_grad is not CommunicatorBase.allreduce_grad:
+            return self.allreduce_grad(model, zero_fill=zero_fill)
+        raise NotImplementedError('{} must implement multi_node_mean_grad(model, zero_fill=True)'.format(
+            type(self).__name__))
 
-    def multi_node_mean_grad(self, model, zero_fill=True):
-        """Average the parameter gradients of a Chainer link (newer name of ``allreduce_grad``)."""
-        return self.allreduce_grad(model, zero_fill=zero_fill)
+    def allreduce_grad(self, model, zero_fill=True):
+        """Deprecated alias of :meth:`multi_node_mean_grad` (Chainer v7's older name)."""
+        return self.multi_node_mean_grad(model, zero_fill=zero_fill)
+
+    #: The communicator's call guard (agreement check, watchdog, trace), or None when it has
+    #: none (a communicator of the user's own): comm's internal API for its sibling packages.
+    guard = None
+    #: The communicator's averaging interface (``chainermn_comm.averaging.Averaging``), or None.
+    averaging = None
 
     @abc.abstractmethod
     def split(self, color, key):

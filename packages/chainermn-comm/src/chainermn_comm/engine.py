@@ -4,6 +4,10 @@ Not part of the documented ``chainermn`` API and free to change between minor ve
 only way chainermn-train and chainermn-links reach comm's internals: they import these names from
 here, never from comm's underscore modules (a test walks the sources for that).
 
+- :class:`Averaging`, :class:`ModelAverage`, :func:`averaging_of`: the averaging interface
+  (``chainermn_comm.averaging``): the one way a model's gradients, or a bucket of them, are
+  averaged; a communicator's ``guard`` and ``averaging`` properties (None on a user's own
+  communicator) are how siblings reach its checked call and its averages.
 - :class:`ChunkedReducer`: all-reduce and broadcast host arrays in pieces through reused buffers.
 - :class:`NodeReducer`: average host gradients through node-shared memory, MPI between nodes.
 - :class:`Pacer`: polite waiting for a nonblocking collective run from a helper thread.
@@ -15,23 +19,26 @@ here, never from comm's underscore modules (a test walks the sources for that).
 - :func:`mark_next_collective`, :func:`collective_marks`: let one int per rank ride on the
   agreement check of a communicator's next collective call (no message of its own), and read
   every rank's; :func:`rank_hosts`: every rank's host, when the communicator knows them.
-- :class:`Tuner`, :func:`reducer_axes`, :func:`apply_reducer_config`, :func:`knobs_tunable`,
-  :func:`is_auto`, :data:`WIRE_AUTO`: tune an average on the job's own calls, the same on every
+- :class:`CallTuning` (the one tuning driver: ``begin``/``end`` around each call), :func:`first`
+  (an axis's values, the current one first), :class:`Tuner`, :func:`reducer_axes`,
+  :func:`apply_reducer_config`, :func:`knobs_tunable`, :func:`is_auto`, :data:`WIRE_AUTO`: tune an average on the job's own calls, the same on every
   rank (``reduce.tune``); :func:`grad_dtype`: a communicator's wire now, ``'auto'`` resolved.
 """
 
+from chainermn_comm.averaging import Averaging, ModelAverage, averaging_of
 from chainermn_comm.reduce.chunked import ChunkedReducer
 from chainermn_comm.guard import fail_together, guarded_call
 from chainermn_comm.reduce.node_shared import NodeReducer
 from chainermn_comm.reduce.stream import Pacer
 from chainermn_comm._topology import detect_topology
 from chainermn_comm.reduce.tune import AUTO as WIRE_AUTO
-from chainermn_comm.reduce.tune import Tuner, apply_reducer_config, is_auto, knobs_tunable, reducer_axes
+from chainermn_comm.reduce.tune import (CallTuning, Tuner, apply_reducer_config, first, is_auto, knobs_tunable,
+                                        reducer_axes)
 
-__all__ = ['ChunkedReducer', 'NodeReducer', 'Pacer', 'detect_topology', 'fail_together',
-           'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
-           'knobs_tunable', 'is_auto', 'WIRE_AUTO', 'grad_dtype', 'mark_next_collective',
-           'collective_marks', 'rank_hosts']
+__all__ = ['Averaging', 'ModelAverage', 'averaging_of', 'ChunkedReducer', 'NodeReducer', 'Pacer',
+           'detect_topology', 'fail_together', 'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
+           'knobs_tunable', 'is_auto', 'CallTuning', 'first', 'WIRE_AUTO', 'grad_dtype',
+           'mark_next_collective', 'collective_marks', 'rank_hosts']
 
 
 def grad_dtype(communicator):
@@ -40,11 +47,11 @@ def grad_dtype(communicator):
     Its ``allreduce_grad_dtype``, with ``'auto'`` resolved to the plain path's current choice
     (None until ``multi_node_mean_grad`` has tuned it).
     """
+    averaging = averaging_of(communicator)
+    if averaging is not None:
+        return averaging.wire_now()
     wanted = getattr(communicator, 'allreduce_grad_dtype', None)
-    if not is_auto(wanted):
-        return wanted
-    tuned = getattr(communicator, '__dict__', {}).get('_tuned')
-    return None if tuned is None else tuned.dtype
+    return None if is_auto(wanted) else wanted
 
 
 def nccl_dtype(dtype):
@@ -61,17 +68,16 @@ def mark_next_collective(communicator, word):
     communicators, ``CHAINERMN_CHECK=0``, ``CHAINERMN_DEBUG=1``, one rank) the caller exchanges
     the word itself; that answer is the same on every rank.
     """
-    guard = getattr(communicator, '_guard', None)
-    mark = getattr(guard, 'mark', None)
+    mark = getattr(getattr(communicator, 'guard', None), 'mark', None)
     return bool(mark(word)) if mark is not None else False
 
 
 def collective_marks(communicator):
     """Return every rank's word (a list in rank order) from the last collective that carried marks."""
-    return getattr(getattr(communicator, '_guard', None), 'marks', None)
+    return getattr(getattr(communicator, 'guard', None), 'marks', None)
 
 
 def rank_hosts(communicator):
     """Return every rank's host name (a list in rank order), or None when the communicator does not know them."""
-    hosts = getattr(getattr(communicator, '_guard', None), 'hosts', None)
+    hosts = getattr(getattr(communicator, 'guard', None), 'hosts', None)
     return list(hosts) if hosts is not None else None

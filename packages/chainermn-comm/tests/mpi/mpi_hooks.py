@@ -313,3 +313,97 @@ def test_auto_with_powersgd_tunes_the_wire_then_against_powersgd():
     auto.serialize(ser)
     assert 'powersgd/rank_mean/error' in ser.target and int(ser.target['powersgd/updates']) >= 3
     comm.finalize()
+
+
+class Model16(chainer.Chain):
+    """A float16 matrix (compressed) and a float16 vector (averaged exactly)."""
+
+    def __init__(self, dtype=numpy.float16):
+        super().__init__()
+        with self.init_scope():
+            self.w = chainer.Parameter(numpy.zeros((64, 48), dtype))
+            self.b = chainer.Parameter(numpy.zeros((48,), dtype))
+
+
+def test_powersgd_float16_gradients_near_the_maximum_stay_finite():
+    """Factors and error memory in float32, the result written back in float16 (issue 55 item 3)."""
+    comm = chainermn_comm.create_communicator('naive')
+    model, ref = Model16(), Model16(numpy.float32)
+    hook = hooks.PowerSGD(rank=2, start_update=0, min_compression=1.0)
+    ref_hook = hooks.PowerSGD(rank=2, start_update=0, min_compression=1.0)
+    top = float(numpy.finfo(numpy.float16).max)
+    for step in range(3):
+        rng = numpy.random.RandomState(100 * step + COMM.Get_rank())
+        for name, p in sorted(model.namedparams()):
+            p.grad = (rng.uniform(-1.0, 1.0, p.array.shape) * 60000.0).astype(numpy.float16)
+            getattr(ref, name.lstrip('/')).grad = p.grad.astype(numpy.float32)
+        hooks.mean_model(comm, model, hook)
+        hooks.mean_model(comm, ref, ref_hook)
+        got = _snapshot(model)
+        for name, g in got.items():
+            assert g.dtype == numpy.float16 and numpy.isfinite(g).all(), (name, step)
+            assert numpy.abs(g).max() > 1000.0, (name, step)  # not flushed to zero either
+        err = hook._error['/w']
+        assert err.dtype == numpy.float32 and numpy.isfinite(err).all(), step
+        _same_everywhere({n: g.view(numpy.uint16).astype(numpy.uint32) for n, g in got.items()})
+        if step == 0:  # the same factors as on float32 gradients, written back in float16
+            want = numpy.clip(ref.w.grad, -top, top).astype(numpy.float16)
+            if COMM.Get_size() <= 2:
+                assert got['/w'].tobytes() == want.tobytes()
+            else:
+                numpy.testing.assert_allclose(got['/w'], want, rtol=1e-2, atol=64.0)
+    comm.finalize()
+
+
+def test_a_collective_called_inside_a_hook_raises_a_clear_error():
+    """A hook runs inside the average's checked call: the communicator's collectives refuse (issue 55 item 9)."""
+    comm = chainermn_comm.create_communicator('naive')
+    model = Model()
+
+    def chatty(c, bucket):
+        c.allreduce(numpy.ones(3, numpy.float32))
+
+    _grads(model, 0)
+    with pytest.raises(chainermn_comm.CommunicationError,
+                       match=r"rank \d+: the communication hook .*chatty.* called the communicator's "
+                             r"allreduce\(\); .*chainermn.hooks.mean\(comm, arrays\)"):
+        hooks.mean_model(comm, model, hooks.resolve(chatty))
+
+    def nested(c, bucket):
+        c.multi_node_mean_grad(model)
+
+    _grads(model, 0)
+    with pytest.raises(chainermn_comm.CommunicationError,
+                       match=r"the communication hook .*nested.* called the communicator's allreduce_grad\(\)"):
+        hooks.mean_model(comm, model, hooks.resolve(nested))
+    # Outside the hook the communicator works as before, and hooks.mean inside a hook too.
+    assert comm.allreduce(numpy.ones(2, numpy.float32)).tolist() == [COMM.Get_size()] * 2
+
+    def polite(c, bucket):
+        hooks.mean(c, bucket.grads)
+
+    _grads(model, 1)
+    hooks.mean_model(comm, model, hooks.resolve(polite))
+    _same_everywhere(_snapshot(model))
+    comm.finalize()
+
+
+def test_a_dropped_communicator_is_freed_at_once():
+    """No reference cycle through the averaging interface: a dropped communicator goes at once.
+
+    Otherwise the garbage collector would free it (and its MPI resources) later, at a moment
+    that differs between ranks.
+    """
+    import gc
+    import weakref
+    gc.disable()
+    try:
+        comm = chainermn_comm.create_communicator('naive')
+        model = Model()
+        _grads(model, 0)
+        hooks.mean_model(comm, model, hooks.resolve(lambda c, bucket: hooks.mean(c, bucket.grads)))
+        refs = [weakref.ref(comm), weakref.ref(comm.averaging)]
+        del comm
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()

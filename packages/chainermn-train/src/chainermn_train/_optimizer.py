@@ -1,6 +1,8 @@
 """create_multi_node_optimizer: a Chainer optimizer whose updates use gradients averaged over ranks."""
 
-from chainermn_comm import hooks, trace, voice
+import weakref
+
+from chainermn_comm import engine, hooks, trace, voice
 from chainermn_train import _fingerprint, _finite, _params, _trainer_run
 
 __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
@@ -10,7 +12,34 @@ __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 _OWN = frozenset([
     'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap', 'comm_hook',
     '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked', '_mn_left', '_mn_finite',
+    '_mn_avg',
 ])
+
+#: Each stateful communication hook -> (a weak reference to) the optimizer it serves.
+_HOOK_OWNERS = weakref.WeakKeyDictionary()
+
+
+def _claim_hook(hook, optimizer):
+    """Record that ``hook`` serves ``optimizer``; raise ValueError when it serves another one already.
+
+    A hook that keeps state (PowerSGD's error memories and update count, Auto's tuner) keeps it
+    for one model: shared by two optimizers (a GAN's generator and discriminator) it would mix
+    their memories and count updates twice.
+    """
+    if hook is None or not getattr(hook, 'stateful', True):
+        return
+    try:
+        owner = _HOOK_OWNERS.get(hook)
+    except TypeError:  # not weakly referenceable: cannot be tracked
+        return
+    other = owner() if owner is not None else None
+    if other is not None and other is not optimizer:
+        raise ValueError(
+            'create_multi_node_optimizer: the communication hook {!r} already serves another '
+            'multi-node optimizer ({!r}); a hook keeps state (error memories, update counts, '
+            'tuning) for one model: give each optimizer its own, e.g. comm_hook={}(...) for '
+            'each'.format(hook, other.actual_optimizer, type(hook).__name__))
+    _HOOK_OWNERS[hook] = weakref.ref(optimizer)
 
 
 def _batch_size(args, kwds):
@@ -68,6 +97,9 @@ class MultiNodeOptimizer:
         d['_mn_batch_checked'] = False
         d['_mn_left'] = None  # while tracing: when the last update returned (trace.now())
         d['_mn_finite'] = None if finite is None else _finite.FiniteCheck(communicator, finite)
+        #: The averaging interface of the target (``chainermn_comm.averaging.ModelAverage``).
+        d['_mn_avg'] = None
+        _claim_hook(comm_hook, self)
         if double_buffering:
             from chainermn_train._double_buffer import DoubleBufferingReducer
             d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill,
@@ -139,7 +171,8 @@ class MultiNodeOptimizer:
                                        (args, kwds) if lossfun is not None else None)
         if lossfun is not None:
             # Parameters that exist before the forward pass are made equal before it runs.
-            self._mn_sync_if_changed()
+            if self._mn_params_created():
+                self._mn_bcast_params()
             device = on and _on_device(target)
             started = trace.begin(device) if on else None
             loss = lossfun(*args, **kwds)
@@ -169,7 +202,7 @@ class MultiNodeOptimizer:
         finite = self._mn_finite
         if finite is not None:
             finite.before(target)
-        self._mn_mean_grads(target)
+        self._mn_avg.mean(self.zero_fill)  # fresh: _mn_params_created made it for this target
         if finite is not None and not self._mn_finite_ok(finite):
             return
         self._mn_apply(on)
@@ -209,16 +242,18 @@ class MultiNodeOptimizer:
         if self._overlap is None:
             from chainermn_train._overlap import BackwardOverlap
             self.__dict__['_overlap'] = BackwardOverlap(self.communicator, self.actual_optimizer.target,
-                                                        hook=self.comm_hook)
+                                                        hook=self.comm_hook, average=self._mn_average())
         return self._overlap
 
-    def _mn_mean_grads(self, target):
-        if self._mn_double is not None:
-            self._mn_double.swap(target)
-        elif self.comm_hook is None:
-            self.communicator.multi_node_mean_grad(target, self.zero_fill)
-        else:
-            hooks.mean_model(self.communicator, target, self.comm_hook, self.zero_fill)
+    def _mn_average(self):
+        """Return the averaging interface of the target, made when the target or the hook changed."""
+        avg = self._mn_avg
+        target = self.actual_optimizer.target
+        if avg is None or avg.model is not target or avg.hook is not self.comm_hook:
+            avg = engine.ModelAverage(self.communicator, target, self.comm_hook, self.zero_fill,
+                                      background=self._mn_double)
+            self.__dict__['_mn_avg'] = avg
+        return avg
 
     def _mn_check_batch_sizes(self, size, batch=None):
         """At the first update: raise ValueError on every rank unless every rank feeds the same batch size.
@@ -246,7 +281,7 @@ class MultiNodeOptimizer:
 
     def _mn_bcast_params(self):
         target = self.actual_optimizer.target
-        sig = _params.param_signature(target)
+        sig = self._mn_average().signature()
         self._mn_check_same_model(sig)
         self.communicator.bcast_data(target)
         self.__dict__['_mn_synced_sig'] = sig
@@ -267,15 +302,14 @@ class MultiNodeOptimizer:
 
     def _mn_params_created(self):
         """Return True when the initialised parameters changed since the last broadcast."""
-        return _params.param_signature(self.actual_optimizer.target) != self._mn_synced_sig
-
-    def _mn_sync_if_changed(self):
-        if self._mn_params_created():
-            self._mn_bcast_params()
+        avg = self._mn_avg
+        if avg is None or avg.model is not self.actual_optimizer.target or avg.hook is not self.comm_hook:
+            avg = self._mn_average()
+        return avg.signature() != self._mn_synced_sig
 
     def _mn_mark_synced(self):
         """Record that every rank holds the same parameters now (e.g. after loading a checkpoint)."""
-        self.__dict__['_mn_synced_sig'] = _params.param_signature(self.actual_optimizer.target)
+        self.__dict__['_mn_synced_sig'] = self._mn_average().signature()
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True,

@@ -43,7 +43,7 @@ import zlib
 
 import numpy
 
-from chainermn_comm import CommunicationError, engine, hooks, protocol, settings, trace
+from chainermn_comm import CommunicationError, engine, protocol, settings, trace
 from chainermn_train import _buckets
 from chainermn_train import _overlap_device
 from chainermn_train import _overlap_graph
@@ -91,7 +91,7 @@ class BackwardOverlap:
     that the background thread uses).
     """
 
-    def __init__(self, communicator, link, bucket_bytes=None, chunk_bytes=None, hook=None):
+    def __init__(self, communicator, link, bucket_bytes=None, chunk_bytes=None, hook=None, average=None):
         bucket_pinned = bucket_bytes is not None or settings.is_set(BUCKET_ENV)
         if bucket_bytes is None:
             bucket_bytes = settings.read(BUCKET_ENV, default=DEFAULT_BUCKET_BYTES)
@@ -103,6 +103,10 @@ class BackwardOverlap:
         #: The communication hook (None: the communicator's own wire); a built-in wire runs on
         #: this object's reducer, any other hook is called per bucket in the main thread.
         self.hook = hook
+        #: The averaging interface of ``link`` (``chainermn_comm.engine.ModelAverage``): the plain
+        #: path after backward, and every bucket a hook that is not a built-in wire averages.
+        self.average = average if average is not None else engine.ModelAverage(
+            communicator, link, hook, zero_fill=True)
         self.wire = getattr(communicator, 'allreduce_grad_dtype', None) if hook is None else hook.wire
         self._hook_run = hook is not None and not hook.is_wire
         self._mpi_comm = communicator.mpi_comm.Dup()
@@ -147,10 +151,7 @@ class BackwardOverlap:
                 dtype = None
         if dtype is None:  # one pass after backward: exactly multi_node_mean_grad, in place
             _tracing.backward(loss, backward_kwargs, _tracing.on_device(params))
-            if self.hook is None:
-                self.communicator.multi_node_mean_grad(self.link, zero_fill=True)
-            else:
-                hooks.mean_model(self.communicator, self.link, self.hook, zero_fill=True)
+            self.average.mean(True)
             self.early_params = 0
             return
         index = {id(p.node): i for i, p in enumerate(params)}
@@ -160,7 +161,7 @@ class BackwardOverlap:
             # inside backward could wait for a rank that waits for this rank's send.
             consumers = {}
         layout = self._layout_for(params, order, dtype, device=group is not None)
-        guard = getattr(self.communicator, '_guard', None)
+        guard = getattr(self.communicator, 'guard', None)
 
         def sig():
             return (('params', tuple((p.array.shape, p.array.dtype.str) for p in params)),
@@ -170,7 +171,7 @@ class BackwardOverlap:
             run = _overlap_device.DeviceRun(layout, group, 1.0 / self._mpi_comm.Get_size(),
                                             self._side_stream())
         elif self._hook_run:
-            run = _overlap_hook.HookRun(layout, self.communicator, self.hook, [n for n, _ in named])
+            run = _overlap_hook.HookRun(layout, self.average, [n for n, _ in named])
         else:
             run = _Run(layout, self._reducer, self.mode, self._wire_dtype())
         if guard is None:

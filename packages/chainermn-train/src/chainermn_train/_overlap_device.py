@@ -38,7 +38,8 @@ def device_group(communicator, params, wire=_COMMUNICATORS):
     NCCL reduces on one device, and no wire (``wire``: the ``allreduce_grad_dtype`` or the
     built-in hook's) other than that dtype.
     """
-    group = getattr(communicator, '_nccl', None)
+    averaging = getattr(communicator, 'averaging', None)
+    group = None if averaging is None else averaging.nccl
     if group is None or not params or group.size != communicator.size:
         return None
     try:

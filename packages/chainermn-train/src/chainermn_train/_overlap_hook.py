@@ -22,10 +22,11 @@ class HookRun(_buckets.BucketFill):
 
     mode = 'inline'
 
-    def __init__(self, layout, communicator, hook, names):
+    def __init__(self, layout, average, names):
         super().__init__(layout)
-        self.communicator = communicator
-        self.hook = hook
+        #: The model's averaging interface (``chainermn_comm.engine.ModelAverage``) that holds the hook.
+        self.average = average
+        self.hook = average.hook
         self.names = names
 
     def start(self):
@@ -47,8 +48,8 @@ class HookRun(_buckets.BucketFill):
         members = layout.buckets[b]
         grads = [layout.view(i) for i in members]
         started = trace.now() if trace.ON else None
-        self.hook(self.communicator, hooks.GradBucket(grads, [self.names[i] for i in members],
-                                                      index=b, count=len(layout.buckets)))
+        self.average.mean_bucket(hooks.GradBucket(grads, [self.names[i] for i in members],
+                                                  index=b, count=len(layout.buckets)))
         if started is not None:
             args = _tracing.bucket_args(grads, None, self.call)
             args['hook'] = str(self.hook)

@@ -131,3 +131,55 @@ def test_user_hook_on_the_optimizer(monkeypatch):
         create_multi_node_optimizer(chainer.optimizers.SGD(), comm, double_buffering=True,
                                     comm_hook=hooks.PowerSGD())
     comm.finalize()
+
+
+def test_a_stateful_hook_serves_one_optimizer():
+    """One PowerSGD given to a second optimizer is refused, naming the hook (issue 55 item 8)."""
+    import gc
+    comm = chainermn_comm.create_communicator('naive')
+    hook = hooks.PowerSGD(rank=2)
+    first = create_multi_node_optimizer(chainer.optimizers.SGD(lr=0.1), comm, comm_hook=hook)
+    with pytest.raises(ValueError, match=r'the communication hook <PowerSGD powersgd-r2> already '
+                                         r'serves another multi-node optimizer .*give each optimizer its own'):
+        create_multi_node_optimizer(chainer.optimizers.Adam(), comm, comm_hook=hook)
+    # Stateless hooks (the built-in wires, functions) may serve several optimizers.
+    wire = hooks.Float16()
+    for _ in range(2):
+        create_multi_node_optimizer(chainer.optimizers.SGD(lr=0.1), comm, comm_hook=wire)
+    auto = hooks.Auto()
+    create_multi_node_optimizer(chainer.optimizers.SGD(lr=0.1), comm, comm_hook=auto)
+    create_multi_node_optimizer(chainer.optimizers.SGD(lr=0.1), comm, comm_hook=auto)
+    # Once the first optimizer is gone, the hook may serve a new one (a job that rebuilds it).
+    del first
+    gc.collect()
+    create_multi_node_optimizer(chainer.optimizers.SGD(lr=0.1), comm, comm_hook=hook)
+    comm.finalize()
+
+
+def test_a_communicator_class_that_overrides_the_average_is_used():
+    """Chainer v7's rule: a subclass's multi_node_mean_grad (or older allreduce_grad) averages."""
+    from chainermn_comm.naive import NaiveCommunicator
+    calls = []
+
+    class Mine(NaiveCommunicator):
+        def multi_node_mean_grad(self, model, zero_fill=True):
+            calls.append(('multi_node_mean_grad', zero_fill))
+            super().multi_node_mean_grad(model, zero_fill)
+
+    class Older(NaiveCommunicator):
+        def allreduce_grad(self, model, zero_fill=True):
+            calls.append(('allreduce_grad', zero_fill))
+            super().allreduce_grad(model, zero_fill)
+
+    plain = chainermn_comm.create_communicator('naive')
+    want, _ = _train(plain, steps=2)
+    plain.finalize()
+    for cls in (Mine, Older):
+        del calls[:]
+        comm = cls()
+        got, opt = _train(comm, steps=2)
+        assert [c[0] for c in calls] == [cls.__name__ == 'Mine' and 'multi_node_mean_grad'
+                                         or 'allreduce_grad'] * 2, calls
+        assert opt._mn_avg.strategy == 'communicator'
+        _identical(got, want)
+        comm.finalize()

@@ -178,7 +178,8 @@ def test_launch_status_file(float32, monkeypatch):
         model = _classifier(0)
         updater = _updater(comm, model, multi_node=True)
         trainer = chainer.training.Trainer(updater, (stop, 'iteration'), out=path)
-        ckpt = chainermn_train.create_multi_node_checkpointer('job', comm, path=path)
+        # Synchronous: the first run's finalize is skipped below, so no write may be left in flight.
+        ckpt = chainermn_train.create_multi_node_checkpointer('job', comm, path=path, background=False)
         trainer.extend(ckpt, trigger=(1, 'iteration'))
         assert ckpt.maybe_load(trainer, updater.get_optimizer('main')) == generation
         if comm.rank == 0:

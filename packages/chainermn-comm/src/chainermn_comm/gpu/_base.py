@@ -112,9 +112,13 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         arr.set(host)
 
     # -- gradients ---------------------------------------------------------
-    def _mean_arrays(self, grads, wire):
+    def _device_averaging(self):
+        return {'device_mean': self._mean_device, 'device_wire_tuned': self._device_wire_tuned}
+
+    def _mean_device(self, grads, wire):
+        """Average CuPy ``grads`` on the device; return False (nothing done) unless all are CuPy arrays."""
         if not grads or not all(_arrays.is_device(g) for g in grads):
-            return super()._mean_arrays(grads, wire)
+            return False
         for g in grads:
             self._check_device(g, 'allreduce_grad')
         scale = 1.0 / self.size
@@ -136,11 +140,13 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
             if tuning.timing:
                 self._sync()  # the time of the device work, not of queueing it
             tuning.end()
+        return True
 
-    def _wire_tuned(self, wire):
+    def _device_wire_tuned(self, wire):
+        """Return whether the device wire ``'auto'`` finished its first schedule; None: no device tuner."""
         tuning = self.__dict__.get('_device_wire_tuning') if _tune.is_auto(wire) else None
         if tuning is None:  # host gradients, or no device wire to tune
-            return super()._wire_tuned(wire) or self.size == 1 or not _tune.is_auto(wire)
+            return None
         return tuning.tuner is not None and not tuning.tuner.tuning
 
     def _device_tuning(self, wire):

@@ -13,6 +13,7 @@ class PureNcclCommunicator(GpuCommunicatorBase):
 
     def _setup(self):
         self._nccl = NcclGroup(self._mpi_comm, 'world', self)
+        self._averaging.nccl = self._nccl  # overlap=True averages device buckets on it
 
     def _release(self):
         self._nccl.close()

@@ -44,6 +44,11 @@ class Auto(WireHook):
         return self.powersgd is None
 
     @property
+    def stateful(self):
+        """With PowerSGD it keeps its memories and its tuner for one model."""
+        return self.powersgd is not None
+
+    @property
     def name(self):
         return 'auto' if self.powersgd is None else 'auto+{}'.format(self.powersgd)
 
@@ -77,13 +82,14 @@ class Auto(WireHook):
         """
         p = self.powersgd
         if self._tuning is None:
-            wire_ready = getattr(comm, '_wire_tuned', lambda wire: True)('auto')
+            averaging = getattr(comm, 'averaging', None)
+            wire_ready = True if averaging is None else averaging.wire_tuned('auto')
             if self._updates <= getattr(p, 'start_update', 0) or not wire_ready:
                 return self._auto_wire
             p.updates = max(p.updates, getattr(p, 'start_update', 0))  # compresses from its first call
             choices = (self._auto_wire, p)
             self._tuning = _tune.CallTuning(
-                comm.mpi_comm, 'comm_hook auto', lambda: [('hook', lambda c: _first(c['hook'], choices))],
+                comm.mpi_comm, 'comm_hook auto', lambda: [('hook', lambda c: _tune.first(c['hook'], choices))],
                 {'hook': self._auto_wire})
             self._timed = True
             return p  # the warm-up: PowerSGD's first call allocates what it keeps
@@ -115,10 +121,6 @@ class _AutoWire(CommHook):
 
     def __call__(self, comm, bucket):
         WireHook.__call__(self.auto, comm, bucket)
-
-
-def _first(current, values):
-    return (current,) + tuple(v for v in values if v is not current)
 
 
 def _flush(powersgd, bucket):

@@ -73,6 +73,8 @@ class CommHook:
     is_wire = False
     #: The wire of a built-in wire hook (an ``allreduce_grad_dtype`` value).
     wire = None
+    #: Whether the hook keeps state for one model (then it serves one optimizer only).
+    stateful = True
 
     def __call__(self, comm, bucket):
         """Leave ``bucket.grads`` averaged over the ranks of ``comm``, in place."""
@@ -100,6 +102,7 @@ class WireHook(CommHook):
     """
 
     is_wire = True
+    stateful = False
 
     def __init__(self, wire):
         self.wire = _dtypes.validate_grad_dtype(wire)
@@ -119,6 +122,8 @@ class WireHook(CommHook):
 class FunctionHook(CommHook):
     """A plain function ``fn(comm, bucket)`` used as a hook (no state to save)."""
 
+    stateful = False
+
     def __init__(self, fn):
         if not callable(fn):
             raise TypeError('comm_hook must be a CommHook, a function fn(comm, bucket), an '
@@ -137,10 +142,10 @@ def mean(comm, arrays, wire=None):
     ``'bfloat16'``, ``numpy.float64``, ... or ``'auto'``, as ``allreduce_grad_dtype``.  The same
     path as ``multi_node_mean_grad``; every rank must call it with the same shapes and dtypes.
     """
-    impl = getattr(comm, '_mean_arrays', None)
-    if impl is None:
+    averaging = getattr(comm, 'averaging', None)
+    if averaging is None:
         raise TypeError('chainermn.hooks.mean needs a chainermn communicator (create_communicator); '
                         'got {}'.format(type(comm).__name__))
     arrays = list(arrays)
     if arrays:
-        impl(arrays, _dtypes.validate_grad_dtype(wire))
+        averaging.mean_arrays(arrays, _dtypes.validate_grad_dtype(wire))

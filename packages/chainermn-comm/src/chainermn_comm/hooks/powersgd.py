@@ -49,7 +49,7 @@ class _Plan:
         for i, g in enumerate(grads):
             r = lowrank.compressed_rank(g.shape, rank, min_compression) if g.dtype.kind == 'f' else 0
             if r:
-                todo.append((g.dtype.str, lowrank.matrix_shape(g.shape), r, i))
+                todo.append((_work_dtype(g.dtype).str, lowrank.matrix_shape(g.shape), r, i))
             else:
                 self.exact.append(i)
         todo.sort(key=lambda t: (t[0], t[1][0], t[2], t[3]))
@@ -72,6 +72,34 @@ class _Plan:
             self.qflats.append(qflat)
         #: What runs each entry's host products (set by PowerSGD; None on a device).
         self.hosts = [None] * len(self.entries)
+
+
+def _work_dtype(dtype):
+    """Return the dtype a gradient's factors and error memory are computed in (float16: float32).
+
+    Products of float16 gradients of magnitude ~100 over a few hundred columns pass float16's
+    maximum (65504): in float32 they cannot, and the result is written back in float16.
+    """
+    return numpy.dtype(numpy.float32) if numpy.dtype(dtype) == numpy.float16 else numpy.dtype(dtype)
+
+
+def _narrow(xp, host, pt, qt, out, error):
+    """Write ``Pt^T Qt`` (computed in the factors' dtype) into the narrower ``out``, within its range.
+
+    Values beyond ``out``'s largest finite one are clipped to it (the gradient stays finite);
+    with ``error`` (the error memory, wide), ``error -= out`` as written, so that the next update
+    gets back what clipping and rounding left out.
+    """
+    wide = xp.empty(out.shape, dtype=pt.dtype)
+    if host is None:
+        xp.matmul(pt.T, qt, out=wide)
+    else:
+        host.reconstruct(pt, qt, wide, None)
+    top = float(numpy.finfo(out.dtype).max)
+    xp.clip(wide, -top, top, out=wide)
+    out[...] = wide
+    if error is not None:
+        error -= out
 
 
 class PowerSGD(CommHook):
@@ -135,6 +163,8 @@ class PowerSGD(CommHook):
         mats = []
         for (i, n, m, pt, qt), host in zip(plan.entries, plan.hosts):
             grad = grads[i].reshape(n, m)
+            if grad.dtype != pt.dtype:  # float16: factors and error memory in float32
+                grad = grad.astype(pt.dtype)
             mat = self._error_memory(xp, bucket.names[i], grad) if self.error_feedback else grad
             add = grad if mat is not grad else None
             if device:
@@ -162,7 +192,9 @@ class PowerSGD(CommHook):
         for (i, n, m, pt, qt), host, mat in zip(plan.entries, plan.hosts, mats):
             out = grads[i].reshape(n, m)
             error = mat if self.error_feedback else None  # the error memory becomes M - P Q^T
-            if device:
+            if out.dtype != pt.dtype:
+                _narrow(xp, host, pt, qt, out, error)
+            elif device:
                 matmul(pt.T, qt, out=out)
                 if error is not None:
                     error -= out

@@ -19,7 +19,7 @@ from chainermn_comm import settings
 from chainermn_comm.guard import stable_code
 from chainermn_comm.protocol import CHUNK_BYTES_ENV, DIRECT_BYTES_ENV
 
-__all__ = ['ChunkedReducer', 'reduction_key', 'collect_params', 'params_key', 'params_signature',
+__all__ = ['ChunkedReducer', 'reduction_key', 'DTYPE_CODES', 'REDUCTION_KEYS', 'collect_params', 'params_key', 'params_signature',
            'DEFAULT_CHUNK_BYTES', 'CHUNK_CHOICES', 'LOSSY_CHUNK_CHOICES', 'CHUNK_ENV',
            'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
 
@@ -77,6 +77,8 @@ _shape_of = operator.attrgetter('shape')
 _dtype_of = operator.attrgetter('dtype')
 #: Process-independent codes of the dtypes seen so far (``hash`` of a dtype is not).
 _dtype_codes = {}
+#: The same table, for callers that build :func:`params_key`'s answer themselves (a miss: call it).
+DTYPE_CODES = _dtype_codes
 
 
 def params_signature(model, params, attr):
@@ -115,6 +117,7 @@ class ChunkedReducer:
         #: False, True (the shortest pause) or a ``reduce.stream.Pacer`` (a pause fitted to the link).
         self.polite = False
         self._ops = {}
+        self._lanes = {}  # (dtype, chunk elements) -> the buffer of the one-piece average
 
     def _op(self, kind, dtype, arg):
         key = (kind, dtype.str, arg, self.chunk_bytes)
@@ -135,6 +138,8 @@ class ChunkedReducer:
         """Drop the buffers of chunk sizes other than the current one (the tuner tried them)."""
         for key in [k for k in self._ops if k[3] != self.chunk_bytes]:
             del self._ops[key]
+        self._lanes = {k: v for k, v in self._lanes.items()
+                       if k[1] == max(1, self.chunk_bytes // numpy.dtype(k[0]).itemsize)}
 
     def mean(self, arrays, dtype=None):
         """Average the C-contiguous host ``arrays`` over all ranks, in place.
@@ -151,6 +156,8 @@ class ChunkedReducer:
         if size == 1:
             return
         scale = 1.0 / size
+        if arrays and not self.polite and self._mean_one_piece(arrays, dtype, scale):
+            return
         for red_dtype, group in _group_by_dtype(arrays, dtype):
             if isinstance(red_dtype, _codecs.Codec):
                 op = self._op('half', red_dtype, None)
@@ -169,6 +176,41 @@ class ChunkedReducer:
                     return a.dtype == d and a.nbytes >= direct
                 pieces = _stream.cut(group, op.chunk, in_place)
             _stream.run(pieces, op, self.SLOTS, self.polite)
+
+    def _mean_one_piece(self, arrays, dtype, scale):
+        """Average ``arrays`` when they make one packed piece of ``mean``; return whether they did.
+
+        One dtype, summed exactly in it, every array below ``direct_bytes`` and all of them in one
+        chunk: the schedule of ``reduce.stream`` would pack them into one buffer, ``Iallreduce``
+        it and copy back scaled.  This does the same operations (the same bits) without the
+        schedule's machinery: a small model's steady-state update stays short.
+        """
+        d = arrays[0].dtype
+        key = _keys.get(d if dtype is None else dtype)
+        if not isinstance(key, numpy.dtype) or key != d:
+            return False
+        direct, total = self.direct_bytes, 0
+        for a in arrays:
+            if a.dtype != d or a.nbytes >= direct:
+                return False
+            total += a.size
+        chunk = max(1, self.chunk_bytes // d.itemsize)
+        if total == 0 or total > chunk:
+            return False
+        buf = self._lanes.get((d.str, chunk))
+        if buf is None:
+            buf = self._lanes[(d.str, chunk)] = numpy.empty(chunk, dtype=d)
+        data, off = buf[:total], 0
+        for a in arrays:
+            numpy.copyto(data[off:off + a.size], a.reshape(-1), casting='unsafe')
+            off += a.size
+        from mpi4py import MPI
+        self.mpi_comm.Iallreduce(MPI.IN_PLACE, data, MPI.SUM).Wait()
+        off = 0
+        for a in arrays:
+            numpy.multiply(data[off:off + a.size], scale, out=a.reshape(-1), casting='unsafe')
+            off += a.size
+        return True
 
     def bcast(self, arrays, root=0):
         """Overwrite the C-contiguous host ``arrays`` on every rank with root's values."""
@@ -202,6 +244,8 @@ def reduction_key(dtype, array_dtype):
 
 #: reduction_key's answers so far (it runs once per array and call: 3 us uncached).
 _keys = {}
+#: The same table, for callers that look an answer up themselves (a miss: call reduction_key).
+REDUCTION_KEYS = _keys
 
 
 def _group_by_dtype(arrays, dtype, wires=True):

@@ -18,7 +18,6 @@ the wire while this rank stages chunk ``k + 1`` and unpacks chunk ``k - 1`` (whi
 owner finished before the last barrier), so the casts and copies hide behind the link.
 
 On one node the unpack of chunk ``k`` follows its barrier at once, while the sums are in cache.
-
 A 2-byte reduction dtype (``allreduce_grad_dtype=float16`` or ``'bfloat16'``) is a format for
 the wire, and shared memory is no wire: the node stages and sums in float32, and only the
 cross-node sum of each share travels in 16 bits.  Its owner casts the node's float32 sum once
@@ -27,16 +26,18 @@ float32 and rounded once (not with two nodes: ``reduce.half``), and the owner wr
 back in float32, where its peers copy it from.  Each value is cast to and from the wire
 format once per node instead of once per rank, and the sums lose nothing inside a node.
 
-Every byte of gradient is read once from and written once to main memory and the staging
-stays in cache: about one memory copy, with no pack/unpack pass and no copy through MPI's
-buffers.  Each element's sum is computed by its owner, so every rank ends with the same bits.
+Every byte is read and written once in main memory, the staging stays in cache (no pack/unpack,
+no copy through MPI's buffers); each element's sum is computed by its owner: the same bits everywhere.
 """
+
+import operator
 
 import numpy
 
 from chainermn_comm.reduce import codecs as _codecs
 from chainermn_comm.reduce import chunked as _grad
 from chainermn_comm.reduce import half as _half
+from chainermn_comm.reduce.node_plan import make_plan as _make_plan
 from chainermn_comm.reduce import stream as _stream
 from chainermn_comm import settings
 from chainermn_comm._errors import CommunicationError
@@ -53,6 +54,8 @@ DEFAULT_SHM_CHUNK_BYTES = 1024 * 1024
 #: twice the barriers, never won in ``bench/tune_cost.py``: settable, not tried).
 SHM_CHUNK_CHOICES = (1024 * 1024, 2048 * 1024)
 _PLAN_CACHE_SIZE = 64
+_STR = operator.attrgetter('str')
+_SIZE = operator.attrgetter('size')
 
 
 def _shm_enabled():
@@ -85,6 +88,11 @@ class NodeReducer:
             (self.chunk_bytes,) + SHM_CHUNK_CHOICES) // 16 * 16
         #: Average through shared memory when it is usable (the tuner may switch it off).
         self.use_shared = True
+        #: The tuning whose settled choice is set now (``reduce.tune.TunedMean``); None: unknown.
+        self.tuned_by = None
+        #: Whether ``mean`` (without ``out``) is exactly ``chunked.mean`` now: MPI messages only
+        #: (None before the first ``mean``); the averaging interface then calls that directly.
+        self.messages_only = None
         self._state = None  # None: undecided; False: MPI only; _Shared: shared memory ready
         self._plans = {}
 
@@ -104,8 +112,11 @@ class NodeReducer:
         Neither changes the bits of a float32 average of two ranks, nor, for the chunk size,
         of any average (the sums' order does not depend on chunks).
         """
+        self.tuned_by = None
         if shared is not None:
             self.use_shared = bool(shared)
+            if self._state is not None:
+                self.messages_only = self._state is False or not self.use_shared
         if chunk_bytes is not None:
             chunk_bytes = int(chunk_bytes) // 16 * 16
             if not 64 <= chunk_bytes <= self._window_chunk:
@@ -132,23 +143,29 @@ class NodeReducer:
             raise ValueError('mean: out must hold one array of the same size per input array; got '
                              'sizes {} for inputs of sizes {}'.format(
                                  [o.size for o in out], [a.size for a in arrays]))
-        in_place = out is arrays
-        if self.mpi_comm.Get_size() > 1 and self._state is None:
+        size = self.mpi_comm.Get_size()
+        if size > 1 and self._state is None:
             self._state = self._setup()
-        if self.mpi_comm.Get_size() == 1 or self._state is False or not self.use_shared:
-            if not in_place:
+            self.messages_only = self._state is False or not self.use_shared
+        if size == 1 or self._state is False or not self.use_shared:
+            if out is not arrays:
                 for a, o in zip(arrays, out):
                     numpy.copyto(o.reshape(-1), a.reshape(-1), casting='unsafe')
-            if self.mpi_comm.Get_size() > 1:
+            if size > 1:
                 self.chunked.mean(out, dtype=dtype)
             return
         groups = {}
+        keys = _grad.REDUCTION_KEYS  # reduction_key's answers (no call per array once known)
         for a, o in zip(arrays, out):
-            key = _grad.reduction_key(dtype, o.dtype)
-            pair = groups.setdefault(key, ([], []))
+            key = keys.get(o.dtype if dtype is None else dtype)
+            if key is None:
+                key = _grad.reduction_key(dtype, o.dtype)
+            pair = groups.get(key)
+            if pair is None:
+                pair = groups[key] = ([], [])
             pair[0].append(a.reshape(-1))
             pair[1].append(o.reshape(-1))
-        for red_dtype in sorted(groups, key=lambda d: d.str):
+        for red_dtype in (groups if len(groups) == 1 else sorted(groups, key=_STR)):
             src, dst = groups[red_dtype]
             self._mean_group(red_dtype, src, dst)
 
@@ -160,6 +177,7 @@ class NodeReducer:
     def free(self):
         """Release the shared window and the node communicators (collective)."""
         state, self._state = self._state, None
+        self.messages_only = None
         self._plans.clear()
         if state:
             state.free()
@@ -190,16 +208,13 @@ class NodeReducer:
         return _Shared(comm, topo, 2 * self._window_chunk)
 
     # -- the average ------------------------------------------------------------
-    def _plan(self, red_dtype, sizes):
-        key = (red_dtype.str, sizes, self.chunk_bytes)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) >= _PLAN_CACHE_SIZE:
-                self._plans.clear()
-            plan = _make_plan(sizes, self.chunk_bytes // red_dtype.itemsize,
-                              self._state.local_size, self._state.local_rank,
-                              self._state.views(red_dtype))
-            self._plans[key] = plan
+    def _plan(self, key):
+        """Make (and keep) the plan of ``key``: (reduction dtype, array sizes, chunk bytes)."""
+        if len(self._plans) >= _PLAN_CACHE_SIZE:
+            self._plans.clear()
+        red, st = numpy.dtype(key[0]), self._state
+        plan = self._plans[key] = _make_plan(key[1], key[2] // red.itemsize, st.local_size,
+                                             st.local_rank, st.views(red))
         return plan
 
     def _mean_group(self, red_dtype, src, dst):
@@ -208,11 +223,12 @@ class NodeReducer:
         codec = red_dtype if isinstance(red_dtype, _codecs.Codec) else None
         if codec is not None:  # float32 in shared memory; 16 bits only on the wire (module doc)
             red_dtype = numpy.dtype(numpy.float32)
-        plan = self._plan(red_dtype, tuple(a.size for a in src))
+        key = (red_dtype.str, tuple(map(_SIZE, src)), self.chunk_bytes)
+        plan = self._plans.get(key) or self._plan(key)
         if not plan:
             return
         scale = 1.0 / self.mpi_comm.Get_size()
-        scratch = state.scratch(red_dtype)
+        scratch = state.scratches.get(red_dtype) if red_dtype in state.scratches else state.scratch(red_dtype)
         if flight is None:
             _mean_on_node(state, plan, src, dst, [scale] * len(src), scratch)
             return
@@ -291,6 +307,7 @@ class _Shared:
         # Room for one share of one chunk (the window holds two chunks per rank) and its wire copy.
         share = nbytes // 2 // self.local_size + 64
         self._scratch = numpy.empty(share, dtype=numpy.uint8)
+        self.scratches = {}  # dtype -> the scratch buffer viewed as it
         self._wire = numpy.empty(share // 4 + 16, dtype=numpy.float16)
         try:
             self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.local)
@@ -306,9 +323,10 @@ class _Shared:
         self.win.Lock_all()
 
     def scratch(self, dtype):
-        """Return a private buffer as large as one share of a chunk, viewed as ``dtype``."""
+        """Return a private buffer as large as one share of a chunk, viewed as ``dtype`` (kept in ``scratches``)."""
         n = self._scratch.size // dtype.itemsize * dtype.itemsize
-        return self._scratch[:n].view(dtype)
+        view = self.scratches[dtype] = self._scratch[:n].view(dtype)
+        return view
 
     def wire(self, codec):
         """Return a private buffer of ``codec``'s words as long (in elements) as one float32 share."""
@@ -332,58 +350,6 @@ class _Shared:
             self.inter.Free()
 
 
-class _Chunk:
-    """What one rank does for one chunk: stage, reduce its own share, unpack the others'."""
-
-    __slots__ = ('stage', 'own', 'own_region', 'unpack')
-
-    def __init__(self):
-        self.stage = []   # (array index, start, stop, destination view in my segment)
-        self.own = []     # (array index, start, stop, accumulator, [view per local rank; None: mine], offset)
-        self.own_region = None  # my whole share of this chunk in my segment
-        self.unpack = []  # (array index, start, stop, source view in the owner's segment)
-
-
-def _make_plan(sizes, chunk_elems, nlocal, me, segments):
-    """Cut arrays of ``sizes`` laid end to end into chunks and shares; see the module doc."""
-    starts = [0]
-    for n in sizes:
-        starts.append(starts[-1] + n)
-    total = starts[-1]
-    plan = []
-    i = 0
-    for k, c0 in enumerate(range(0, total, chunk_elems)):
-        c1 = min(c0 + chunk_elems, total)
-        n = c1 - c0
-        base = (k & 1) * chunk_elems
-        # Shares sit at the same place of the segment in every chunk (the last, short chunk
-        # only clips them), so staging chunk k+2 never touches a share a peer still reads
-        # from chunk k.
-        bounds = [c0 + min(n, chunk_elems * j // nlocal) for j in range(nlocal + 1)]
-        chunk = _Chunk()
-        chunk.own_region = segments[me][base + bounds[me] - c0:base + bounds[me + 1] - c0]
-        while starts[i + 1] <= c0:
-            i += 1
-        j = i
-        while j < len(sizes) and starts[j] < c1:
-            a0, a1 = max(c0, starts[j]), min(c1, starts[j + 1])
-            for owner in range(nlocal):
-                x0, x1 = max(a0, bounds[owner]), min(a1, bounds[owner + 1])
-                if x0 >= x1:
-                    continue
-                item = (j, x0 - starts[j], x1 - starts[j])
-                s0, s1 = base + x0 - c0, base + x1 - c0
-                if owner == me:
-                    terms = [None if p == me else segments[p][s0:s1] for p in range(nlocal)]
-                    chunk.own.append(item + (segments[me][s0:s1], terms, x0 - bounds[me]))
-                else:
-                    chunk.stage.append(item + (segments[me][s0:s1],))
-                    chunk.unpack.append(item + (segments[owner][s0:s1],))
-            j += 1
-        plan.append(chunk)
-    return plan
-
-
 def _stage(chunk, g, poke):
     """Copy the parts of ``chunk`` that peers own into my segment."""
     for j, a, b, dst in chunk.stage:
@@ -405,12 +371,13 @@ def _sum_local(chunk, src, dst, downs, scratch, write_back):
             mine_term = mine
         # Sum in local-rank order whoever owns the share, so that the bits do not depend on
         # how the arrays fall into chunks and shares.
-        ordered = [mine_term if t is None else t for t in terms]
-        numpy.add(ordered[0], ordered[1], out=acc)
-        for t in ordered[2:]:
-            numpy.add(acc, t, out=acc)
+        t0, t1 = terms[0], terms[1]
+        numpy.add(mine_term if t0 is None else t0, mine_term if t1 is None else t1, out=acc)
+        for k in range(2, len(terms)):
+            t = terms[k]
+            numpy.add(acc, mine_term if t is None else t, out=acc)
         if write_back:
-            _write_back(dst[j][a:b], acc, downs[j])
+            numpy.multiply(acc, downs[j], out=dst[j][a:b], casting='unsafe')
 
 
 def _to_wire(chunk, ups, wire, codec):
@@ -436,7 +403,7 @@ def _from_sums(chunk, downs, dst):
 
 
 def _write_back(dst, total, down):
-    numpy.multiply(total, down, out=dst, casting='unsafe')
+    numpy.multiply(total, down, out=dst, casting='unsafe')  # inlined in _sum_local and _unpack
 
 
 def _unpack(chunk, g, downs, poke):
@@ -445,6 +412,6 @@ def _unpack(chunk, g, downs, poke):
         if downs is None:
             numpy.copyto(g[j][a:b], src, casting='unsafe')
         else:
-            _write_back(g[j][a:b], src, downs[j])
+            numpy.multiply(src, downs[j], out=g[j][a:b], casting='unsafe')  # _write_back
         if poke is not None:
             poke()

@@ -108,6 +108,9 @@ class Tuner:
         #: Every finished schedule: (call, {axis: {label: seconds}}, choice).
         self.history = []
         self._next_run = 1  # the call after which a schedule starts
+        #: Calls up to (not including) this one run no schedule and need no :meth:`config` and
+        #: :meth:`record` (a caller may count them in ``calls`` itself); 0 while a schedule runs.
+        self.quiet_until = 0
         self._axis = -1     # index into ``axes`` of the axis being timed, -1: none
         self._values = ()
         self._queue = []
@@ -151,6 +154,7 @@ class Tuner:
             self._figures, self._skipped, self._seen, self._best = {}, [], {}, numpy.inf
             self._used = 1 if self.calls == 1 else 0  # the first schedule counts its warm-up call
             self._axis = -1
+            self.quiet_until = 0
             self._next_axis()
 
     # -- the schedule ---------------------------------------------------------------------------
@@ -269,6 +273,7 @@ class Tuner:
     def _finish(self):
         self._axis = -1
         self._next_run = RECHECK_FIRST if self.calls < RECHECK_FIRST else self.calls + RECHECK_EVERY
+        self.quiet_until = self._next_run
         previous = self.history[-1][2] if self.history else None
         self.history.append((self.calls, self._figures, dict(self.choice)))
         if not self._figures:

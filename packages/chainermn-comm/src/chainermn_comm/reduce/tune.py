@@ -33,7 +33,7 @@ from chainermn_comm.reduce.schedule import (DROP, DROP_FIRST, MARGIN, MAX_CALLS,
 from chainermn_comm import settings
 from chainermn_comm.protocol import SHM_REDUCE_ENV, TUNE_ENV
 
-__all__ = ['Tuner', 'CallTuning', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config',
+__all__ = ['Tuner', 'CallTuning', 'first', 'TunedMean', 'wire_axes', 'reducer_axes', 'apply_reducer_config',
            'knobs_tunable', 'is_auto', 'AUTO', 'WIRE_CHOICES', 'host_wire_choices', 'label', 'SAMPLES', 'DROP', 'DROP_FIRST',
            'MARGIN', 'MAX_CALLS', 'RECHECK_FIRST', 'RECHECK_EVERY']
 
@@ -88,9 +88,17 @@ def host_wire_choices(mpi_comm):
 
 
 # -- the host reducer's axes ------------------------------------------------------------------
-def _first(current, values):
-    """Return ``values`` with ``current`` first (added when missing)."""
+def first(current, values):
+    """Return ``values`` with ``current`` first (added when missing): an axis's values, the current one first.
+
+    Values are told apart by how they are written (:func:`label`): ``numpy.float16`` and
+    ``dtype('float16')`` are one value; so are two hooks of the same name.  Every tuner's axes
+    (the host average, ``overlap=True``, ``hooks.Auto``) use this one comparison.
+    """
     return (current,) + tuple(v for v in values if label(v) != label(current))
+
+
+_first = first  # the older name (tests use it)
 
 
 def reducer_axes(reducer, grad_dtype, knobs=True):
@@ -109,7 +117,7 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
         def dtype(c):
             if reducer.shared_usable and reducer.topology.inter_size == 1:
                 return ()  # one node averages in shared memory: no wire, nothing to choose
-            return _first(c.get('dtype'), wires)
+            return first(c.get('dtype'), wires)
         axes.append(('dtype', dtype))
     if not knobs:
         return axes
@@ -119,12 +127,12 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
         if not reducer.shared_usable or settings.is_set(SHM_REDUCE_ENV) or size != 2 \
                 or not exact:
             return ()
-        return _first(reducer.use_shared, (True, False))
+        return first(reducer.use_shared, (True, False))
 
     def shm_chunk(c):
         if not (reducer.shared_usable and c.get('shared', reducer.use_shared)) or reducer.chunk_pinned:
             return ()
-        return _first(reducer.chunk_bytes, _shm_reduce.SHM_CHUNK_CHOICES)
+        return first(reducer.chunk_bytes, _shm_reduce.SHM_CHUNK_CHOICES)
 
     def chunk(c):
         chunked = reducer.chunked
@@ -132,13 +140,14 @@ def reducer_axes(reducer, grad_dtype, knobs=True):
         uses_mpi = not (reducer.shared_usable and c.get('shared', reducer.use_shared))
         if not uses_mpi or chunked.chunk_pinned or not (size == 2 or lossy):
             return ()
-        return _first(chunked.chunk_bytes, _grad.LOSSY_CHUNK_CHOICES if lossy else _grad.CHUNK_CHOICES)
+        return first(chunked.chunk_bytes, _grad.LOSSY_CHUNK_CHOICES if lossy else _grad.CHUNK_CHOICES)
     axes += [('shared', shared), ('shm_chunk', shm_chunk), ('chunk', chunk)]
     return axes
 
 
 def apply_reducer_config(reducer, cfg):
     """Set the knobs of ``cfg`` (those present) on ``reducer``; return the wire dtype to use."""
+    reducer.tuned_by = None
     if 'shared' in cfg or 'shm_chunk' in cfg:
         reducer.configure(shared=cfg.get('shared'), chunk_bytes=cfg.get('shm_chunk'))
     if 'chunk' in cfg:
@@ -161,6 +170,8 @@ class CallTuning:
         self.tuner = None
         #: Called after each schedule (e.g. to free the buffers of the values not chosen).
         self.on_decided = on_decided
+        #: The wire of the settled choice, once it is set on the reducer (``TunedMean``).
+        self.dtype = None
 
     @property
     def choice(self):
@@ -192,20 +203,28 @@ class CallTuning:
 
 def wire_axes():
     """Return the axes of a wire format tuned alone (``'auto'`` on the GPU communicators)."""
-    return [('dtype', lambda c: _first(c.get('dtype'), WIRE_CHOICES))]
+    return [('dtype', lambda c: first(c.get('dtype'), WIRE_CHOICES))]
 
 
 class TunedMean:
-    """``NodeReducer.mean`` of the plain path (``multi_node_mean_grad``) under a :class:`Tuner`."""
+    """``NodeReducer.mean`` of the plain path (``multi_node_mean_grad``) under a :class:`Tuner`.
+
+    Once a schedule has decided, the choice is set on the reducer (``reducer.tuned_by`` names
+    this tuning) and the calls until the next check need no tuner: the averaging interface
+    (``chainermn_comm.averaging``) runs them straight on the reducer, counting them in
+    ``tuning.tuner.calls``, while ``by_sizes`` and ``reducer.tuned_by`` say so.
+    """
 
     def __init__(self, reducer, grad_dtype, what='multi_node_mean_grad'):
         self.reducer = reducer
         self.grad_dtype = grad_dtype
         self.what = what
-        self._active = reducer.mpi_comm.Get_size() > 1 and (is_auto(grad_dtype) or knobs_tunable())
+        #: Whether anything is tuned (more than one rank, and a wire or a knob to choose).
+        self.active = reducer.mpi_comm.Get_size() > 1 and (is_auto(grad_dtype) or knobs_tunable())
         self.tuning = self._new_tuning({'dtype': None if is_auto(grad_dtype) else grad_dtype})
         #: One schedule per set of gradients, by (arrays, elements): another model tunes anew.
-        self._by_sizes = {}
+        self.by_sizes = {}
+        self._by_sizes = self.by_sizes  # the older name (tests read it)
 
     def _new_tuning(self, initial):
         reducer, grad_dtype = self.reducer, self.grad_dtype
@@ -222,20 +241,24 @@ class TunedMean:
 
     def mean(self, arrays):
         """Average host ``arrays`` in place with the configuration the schedule gives this call."""
-        if not self._active:
+        if not self.active:
             self.reducer.mean(arrays, dtype=self.dtype)
             return
         sizes = (len(arrays), sum(a.size for a in arrays))
-        tuning = self._by_sizes.get(sizes)
+        tuning = self.by_sizes.get(sizes)
         if tuning is None:
-            if self._by_sizes:  # another set of gradients: its own schedule, from the choice so far
+            if self.by_sizes:  # another set of gradients: its own schedule, from the choice so far
                 tuning = self._new_tuning(self.tuning.choice)
-                if len(self._by_sizes) >= _SETS:
-                    self._by_sizes.pop(next(iter(self._by_sizes)))
+                if len(self.by_sizes) >= _SETS:
+                    self.by_sizes.pop(next(iter(self.by_sizes)))
             else:
                 tuning = self.tuning
-            self._by_sizes[sizes] = tuning
+            self.by_sizes[sizes] = tuning
         self.tuning = tuning
         dtype = apply_reducer_config(self.reducer, self.tuning.begin())
         self.reducer.mean(arrays, dtype=dtype)
         self.tuning.end()
+        tuner = tuning.tuner
+        if tuner is not None and not tuner.tuning:  # settled: set the choice for the calls to come
+            tuning.dtype = apply_reducer_config(self.reducer, tuner.choice)
+            self.reducer.tuned_by = tuning

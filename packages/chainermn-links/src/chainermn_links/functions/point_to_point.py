@@ -29,6 +29,8 @@ FORWARD = 0x6d6e01
 GRADIENT = 0x6d6e02
 
 _state = weakref.WeakKeyDictionary()
+#: The same for communicators that cannot be weakly referenced, by id (each kept alive with its state).
+_held = {}
 
 
 class _PeerState:
@@ -49,12 +51,11 @@ def _peer_state(comm):
         if st is None:
             st = _state[comm] = _PeerState()
         return st
-    except TypeError:  # communicator not weak-referenceable: keep it on the object
-        st = getattr(comm, '_chainermn_links_p2p', None)
-        if st is None:
-            st = _PeerState()
-            comm._chainermn_links_p2p = st
-        return st
+    except TypeError:  # communicator not weak-referenceable: keep it (and the communicator) here
+        held = _held.get(id(comm))
+        if held is None or held[0] is not comm:
+            held = _held[id(comm)] = (comm, _PeerState())
+        return held[1]
 
 
 def _meta(kind, seq, on_gpu=False, is_tuple=False):
