@@ -22,8 +22,8 @@ OWN = {
     'chainermn-comm/src/chainermn_comm/naive.py',
 }
 OWN_DIRS = ('chainermn-comm/src/chainermn_comm/gpu/',)
-#: Reads still to be switched to ``comm.guard`` by the guard's own rewrite (issue 50 item 4).
-PENDING = {'chainermn-comm/src/chainermn_comm/guard/__init__.py'}
+#: Reads still to be switched to ``comm.guard``: none.
+PENDING = set()
 
 
 def _comm_like(node):

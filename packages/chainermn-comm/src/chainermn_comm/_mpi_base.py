@@ -98,8 +98,6 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
     def mpi_comm(self):
         return self._mpi_comm
 
-    guard = property(lambda self: self._guard, doc='The call guard (fallback until A adds the real one).')
-
     @property
     def timeout(self):
         """Watchdog timeout in seconds (0 means off)."""
