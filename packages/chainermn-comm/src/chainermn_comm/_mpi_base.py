@@ -415,6 +415,20 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
             objs = self._pkl.allgather(pickled)
         return functools.reduce(_OBJ_OPS[op], objs)
 
+    # -- sharded optimizer state (issue 52; the collectives live in reduce/shard.py) --------
+    def shard_collectives(self):
+        """Return this communicator's reduce-scatter / all-gather of owned arrays (made once)."""
+        shard = self.__dict__.get('_shard')
+        if shard is None:
+            from chainermn_comm.reduce.shard import ShardCollectives
+            shard = self._shard = ShardCollectives(self._mpi_comm, lambda: self._guard,
+                                                   nccl=self._shard_nccl())
+        return shard
+
+    def _shard_nccl(self):
+        """Return the NCCL group over all ranks that sharded averages use on the device, or None."""
+        return None
+
     # -- communicator management -----------------------------------------------
     def split(self, color, key):
         from mpi4py import MPI

@@ -10,6 +10,7 @@ __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 _OWN = frozenset([
     'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap', 'comm_hook',
     '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked', '_mn_left', '_mn_finite',
+    'shard_state', '_mn_shard',
 ])
 
 
@@ -37,7 +38,7 @@ class MultiNodeOptimizer:
     """
 
     def __init__(self, actual_optimizer, communicator, double_buffering=False, zero_fill=True,
-                 overlap=False, check_finite=None, comm_hook=None):
+                 overlap=False, check_finite=None, comm_hook=None, shard_state=False):
         if double_buffering and overlap:
             raise ValueError('create_multi_node_optimizer: double_buffering=True and overlap=True '
                              'cannot be combined; choose one')
@@ -47,6 +48,13 @@ class MultiNodeOptimizer:
                              'background thread and takes only the built-in wires as comm_hook '
                              '(Exact, Float16, BFloat16, Auto); got {!r}: use overlap=True or '
                              'neither'.format(comm_hook))
+        # -- sharded optimizer state (issue 52; chainermn_train._sharded) --
+        shard = None
+        if shard_state:
+            from chainermn_train import _sharded
+            shard = _sharded.ShardedUpdate(communicator, actual_optimizer, _sharded.refuse_options(
+                communicator, double_buffering, overlap, comm_hook))
+        # -- end sharded --
         finite = _finite.resolve_mode(check_finite)
         if finite is not None and (double_buffering or overlap):
             if check_finite is not None:
@@ -68,6 +76,8 @@ class MultiNodeOptimizer:
         d['_mn_batch_checked'] = False
         d['_mn_left'] = None  # while tracing: when the last update returned (trace.now())
         d['_mn_finite'] = None if finite is None else _finite.FiniteCheck(communicator, finite)
+        d['shard_state'] = shard is not None
+        d['_mn_shard'] = shard  # sharded optimizer state (issue 52), or None
         if double_buffering:
             from chainermn_train._double_buffer import DoubleBufferingReducer
             d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill,
@@ -188,10 +198,11 @@ class MultiNodeOptimizer:
 
     def _mn_apply(self, on):
         """Run the wrapped optimizer's own update (a 'compute' event 'optimizer' while tracing)."""
+        run = self.actual_optimizer.update if self._mn_shard is None else self._mn_shard.update
         if not on:
-            return self.actual_optimizer.update()
+            return run()
         started = trace.begin(_on_device(self.actual_optimizer.target))
-        self.actual_optimizer.update()
+        run()
         trace.end(started, 'optimizer', 'compute')
 
     def new_epoch(self, auto=False):
@@ -212,7 +223,9 @@ class MultiNodeOptimizer:
         return self._overlap
 
     def _mn_mean_grads(self, target):
-        if self._mn_double is not None:
+        if self._mn_shard is not None:  # sharded optimizer state (issue 52): to the owners only
+            self._mn_shard.mean(self.zero_fill)
+        elif self._mn_double is not None:
             self._mn_double.swap(target)
         elif self.comm_hook is None:
             self.communicator.multi_node_mean_grad(target, self.zero_fill)
@@ -275,7 +288,7 @@ class MultiNodeOptimizer:
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
-                                overlap=False, check_finite=None, comm_hook=None):
+                                overlap=False, check_finite=None, comm_hook=None, shard_state=False):
     """Create a multi-node optimizer from a Chainer optimizer.
 
     Args:
@@ -299,6 +312,11 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             :class:`chainermn.hooks.CommHook` of your own or a function ``fn(comm, bucket)``;
             with ``overlap=True`` it is called once per bucket.  Its state is saved with the
             optimizer.
+        shard_state (bool): keep and update only this rank's share of the optimizer state
+            (ZeRO stage 1-2): gradients are averaged to each parameter's owner, each rank runs the
+            update rules of its own parameters, and the updated parameters are all-gathered
+            (docs/sharded_state.md).  Not with ``double_buffering``, ``overlap`` or a ``comm_hook``
+            other than the built-in wires.
 
     Returns:
         A :class:`MultiNodeOptimizer` that behaves like ``actual_optimizer``.
@@ -306,4 +324,4 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     _trainer_run.install()
     return MultiNodeOptimizer(actual_optimizer, communicator, double_buffering=double_buffering,
                               zero_fill=zero_fill, overlap=overlap, check_finite=check_finite,
-                              comm_hook=comm_hook)
+                              comm_hook=comm_hook, shard_state=shard_state)

@@ -1,0 +1,227 @@
+"""Per-rank tests of shard_state=True (run by test_sharded_mpi.py at 1, 2 and 3 ranks)."""
+
+import hashlib
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+from chainer import optimizer_hooks as H
+
+import chainermn_comm
+from chainermn_comm import hooks
+from chainermn_train import create_multi_node_optimizer
+from chainermn_train import _sharded
+
+_comm = []
+
+
+def comm():
+    if not _comm:
+        _comm.append(chainermn_comm.create_communicator('naive'))
+    return _comm[0]
+
+
+class MLP(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 16)
+            self.l2 = L.Linear(16, 8)
+            self.l3 = L.Linear(8, 3)
+
+    def forward(self, x):
+        return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
+
+
+class CNN(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.c1 = L.Convolution2D(1, 4, 3, nobias=True)  # a bias before BN gets a zero-mean gradient that Adam amplifies
+            self.bn = L.BatchNormalization(4)
+            self.fc = L.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.bn(self.c1(x))))
+
+
+class Tiny(chainer.Link):
+    """Fewer parameters than ranks, one of them empty: unequal and empty shares."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.empty = chainer.Parameter(numpy.zeros((0,), numpy.float32))
+            self.w = chainer.Parameter(numpy.linspace(-1, 1, 5).astype(numpy.float32))
+
+    def forward(self, x):
+        return F.sum(x[:, :5] * F.broadcast_to(self.w, x[:, :5].shape))  # self.empty: no gradient
+
+
+def make(kind, seed=0):
+    numpy.random.seed(seed)
+    with chainer.using_config('dtype', numpy.float32):
+        return {'mlp': MLP, 'cnn': CNN, 'tiny': Tiny}[kind]()
+
+
+def batch(kind, it, rank):
+    rs = numpy.random.RandomState(1000 * it + rank)
+    if kind == 'cnn':
+        x = rs.standard_normal((4, 1, 6, 6)).astype(numpy.float32)
+    else:
+        x = rs.standard_normal((4, 6)).astype(numpy.float32)
+    return x, rs.randint(0, 3, size=4).astype(numpy.int32)
+
+
+def make_opt(config):
+    if config == 'adam':
+        opt = chainer.optimizers.Adam(alpha=0.01)
+        return opt, [H.WeightDecay(1e-3), H.GradientClipping(0.5)]
+    if config == 'momentum':
+        return chainer.optimizers.MomentumSGD(lr=0.05), []
+    if config == 'sgd_hooks':
+        return chainer.optimizers.MomentumSGD(lr=0.05), [
+            H.Lasso(1e-3), H.GradientHardClipping(-0.05, 0.05), H.GradientLARS(threshold=1e-2)]
+    raise ValueError(config)
+
+
+def train(kind, config, shard, steps=30):
+    c = comm()
+    model = make(kind)
+    opt, hook_list = make_opt(config)
+    mn = create_multi_node_optimizer(opt, c, shard_state=shard)
+    mn.setup(model)
+    for h in hook_list:
+        mn.add_hook(h)
+    for it in range(steps):
+        x, t = batch(kind, it, c.rank)
+        if kind == 'tiny':
+            mn.update(lambda a: model(a), x)
+        else:
+            mn.update(lambda a, b: F.softmax_cross_entropy(model(a), b), x, t)
+        if it == 10:
+            mn.new_epoch()
+    return model, mn
+
+
+def digest(model):
+    h = hashlib.sha256()
+    for n, p in sorted(model.namedparams()):
+        h.update(n.encode())
+        h.update(numpy.ascontiguousarray(p.array).tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize('kind,config', [('mlp', 'adam'), ('mlp', 'momentum'), ('cnn', 'adam'),
+                                         ('cnn', 'momentum'), ('mlp', 'sgd_hooks'), ('tiny', 'adam')])
+def test_same_as_unsharded_and_bitwise_on_every_rank(kind, config):
+    c = comm()
+    ref, ref_opt = train(kind, config, False)
+    got, opt = train(kind, config, True)
+    for (n, a), (_, b) in zip(sorted(ref.namedparams()), sorted(got.namedparams())):
+        scale = max(1e-3, float(numpy.abs(a.array).max()) if a.array.size else 1.0)
+        numpy.testing.assert_allclose(b.array, a.array, rtol=1e-6, atol=1e-6 * scale, err_msg=n)
+    assert len(set(c.allgather_obj(digest(got)))) == 1
+    assert opt.t == ref_opt.t == 30 and opt.epoch == ref_opt.epoch == 1
+    assert c.allgather_obj((opt.t, opt.epoch)) == [(30, 1)] * c.size
+    # Each rank holds only its share of the state; the others' is never allocated.
+    shard = opt._mn_shard
+    for p, r in zip(shard.params, shard.owners):
+        if r != c.rank:
+            assert p.update_rule.state is None and p.update_rule.t == 0
+        else:
+            assert p.update_rule.t == 30 or config != 'adam'
+    total = _sharded.state_bytes(ref_opt)
+    largest = max([0] + [sum(v.nbytes for v in (p.update_rule.state or {}).values())
+                         for p in ref.params()])
+    mine = _sharded.state_bytes(opt)
+    assert mine <= total / c.size + largest
+    assert sum(c.allgather_obj(mine)) == total
+
+
+def test_partition_is_balanced_and_deterministic():
+    sizes = [100, 7, 0, 50, 50, 3, 3, 0, 1000]
+    for n in (1, 2, 3, 4, 12):
+        owners = _sharded.partition(sizes, n)
+        assert owners == _sharded.partition(list(sizes), n)
+        loads = [sum(s for s, r in zip(sizes, owners) if r == k) for k in range(n)]
+        assert max(loads) <= sum(sizes) / n + max(sizes)
+        assert sorted(set(owners)) <= list(range(n))
+    assert _sharded.partition([5, 5, 5, 5], 2) == [0, 1, 0, 1]
+
+
+def test_refusals_name_the_option():
+    c = comm()
+    with pytest.raises(ValueError, match='double_buffering=True is refused'):
+        create_multi_node_optimizer(chainer.optimizers.SGD(), c, double_buffering=True, shard_state=True)
+    with pytest.raises(ValueError, match='overlap=True is refused'):
+        create_multi_node_optimizer(chainer.optimizers.SGD(), c, overlap=True, shard_state=True)
+    with pytest.raises(ValueError, match='PowerSGD'):
+        create_multi_node_optimizer(chainer.optimizers.SGD(), c, comm_hook=hooks.PowerSGD(rank=2),
+                                    shard_state=True)
+    # A built-in wire is taken as the reduce-scatter's wire.
+    opt = create_multi_node_optimizer(chainer.optimizers.SGD(), c, comm_hook=hooks.BFloat16(),
+                                      shard_state=True)
+    assert opt._mn_shard.wire == 'bfloat16' and opt.shard_state
+
+
+def test_whole_model_hook_is_refused_naming_it():
+    c = comm()
+    model = make('mlp')
+
+    def my_global_hook(opt):
+        pass
+
+    my_global_hook.name = 'my_global_hook'
+    mn = create_multi_node_optimizer(chainer.optimizers.SGD(), c, shard_state=True).setup(model)
+    mn.add_hook(my_global_hook)
+    x, t = batch('mlp', 0, c.rank)
+    with pytest.raises(ValueError, match='my_global_hook'):
+        mn.update(lambda a, b: F.softmax_cross_entropy(model(a), b), x, t)
+
+
+def _nan_step(shard, dynamic, check_finite=None):
+    c = comm()
+    model = make('mlp')
+    opt = chainer.optimizers.Adam(alpha=0.01)
+    if dynamic:
+        opt.loss_scaling()
+    mn = create_multi_node_optimizer(opt, c, shard_state=shard, check_finite=check_finite).setup(model)
+    for it in range(3):
+        x, t = batch('mlp', it, c.rank)
+        model.cleargrads()
+        F.softmax_cross_entropy(model(x), t).backward()
+        if it == 1 and c.rank == c.size - 1:
+            model.l3.b.grad[0] = numpy.nan  # one rank, one parameter
+        with _no_check():
+            mn.update()
+    return model, mn
+
+
+class _no_check:
+    def __enter__(self):
+        import warnings
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter('ignore')
+
+    def __exit__(self, *a):
+        self._w.__exit__(*a)
+
+
+@pytest.mark.parametrize('dynamic,check_finite', [(True, None), (False, 'skip'), (True, 'skip')])
+def test_non_finite_skips_on_every_rank(dynamic, check_finite):
+    c = comm()
+    ref, ref_opt = _nan_step(False, dynamic, check_finite)
+    got, opt = _nan_step(True, dynamic, check_finite)
+    for (n, a), (_, b) in zip(sorted(ref.namedparams()), sorted(got.namedparams())):
+        numpy.testing.assert_allclose(b.array, a.array, rtol=1e-6, atol=1e-7, err_msg=n)
+        assert numpy.isfinite(b.array).all()
+    assert len(set(c.allgather_obj(digest(got)))) == 1
+    assert opt.t == ref_opt.t
+    if dynamic:
+        assert opt._loss_scale == ref_opt._loss_scale
+    if check_finite == 'skip':
+        assert opt.skipped_updates == ref_opt.skipped_updates == 1
