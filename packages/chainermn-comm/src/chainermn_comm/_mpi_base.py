@@ -148,8 +148,6 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
                               'None; got {!r}'.format(self._rank, max_buf_len))
         return None
 
-
-
     def _host_array(self, x, what):
         """Return ``x`` as a contiguous host array or raise TypeError naming ``what``."""
         if _arrays.is_array(x):
@@ -415,19 +413,12 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
             objs = self._pkl.allgather(pickled)
         return functools.reduce(_OBJ_OPS[op], objs)
 
-    # -- sharded optimizer state (issue 52; the collectives live in reduce/shard.py) --------
-    def shard_collectives(self):
-        """Return this communicator's reduce-scatter / all-gather of owned arrays (made once)."""
-        shard = self.__dict__.get('_shard')
-        if shard is None:
+    def shard_collectives(self):  # sharded optimizer state (issue 52)
+        """Return this communicator's reduce-scatter / all-gather of owned arrays (``reduce.shard``)."""
+        if '_shard' not in self.__dict__:  # NCCL over all ranks where the class has it (pure_nccl)
             from chainermn_comm.reduce.shard import ShardCollectives
-            shard = self._shard = ShardCollectives(self._mpi_comm, lambda: self._guard,
-                                                   nccl=self._shard_nccl())
-        return shard
-
-    def _shard_nccl(self):
-        """Return the NCCL group over all ranks that sharded averages use on the device, or None."""
-        return None
+            self._shard = ShardCollectives(self._mpi_comm, lambda: self._guard, getattr(self, '_nccl', None))
+        return self._shard
 
     # -- communicator management -----------------------------------------------
     def split(self, color, key):

@@ -18,9 +18,6 @@ class PureNcclCommunicator(GpuCommunicatorBase):
         self._nccl.close()
         super()._release()
 
-    def _shard_nccl(self):  # sharded optimizer state (issue 52): NCCL reduceScatter/allGather
-        return self._nccl
-
     def _sum_buffer(self, buf, layout, wire=None):
         self._nccl.allreduce(buf, buf, 'sum', what='allreduce_grad', dtype=wire)
 
