@@ -119,7 +119,10 @@ class MultiNodeOptimizer:
     def serialize(self, serializer):
         """Serialize the wrapped optimizer's state (hyperparameters, ``t``, per-parameter states)
         and the communication hook's state (under ``comm_hook/``, when it has any)."""
-        self.actual_optimizer.serialize(serializer)
+        if self._mn_shard is not None:  # sharded optimizer state (issue 52): this rank's share
+            self._mn_shard.serialize(serializer)
+        else:
+            self.actual_optimizer.serialize(serializer)
         if self.comm_hook is not None:
             self.comm_hook.serialize(serializer['comm_hook'])
 

@@ -194,6 +194,33 @@ class ShardedUpdate:
         # Parameters updated in float32 (use_fp32_update) get new arrays: read them now.
         self.collectives.gather_from_owners([p.array for p in params], owners)
 
+    def serialize(self, serializer):
+        """Save or load this rank's share of the state (``t``, ``epoch`` and the owned rules' state).
+
+        Loading leaves the other ranks' rules without state, also from a snapshot that has it
+        (an unsharded one): only the owned share is kept.
+        """
+        opt = self.optimizer
+        self.layout()
+        mine = {id(p) for p in self.owned()}
+        others = [p.update_rule for p in opt.target.params()
+                  if getattr(p, 'update_rule', None) is not None and id(p) not in mine]
+        switched = [rule for rule in others if rule.enabled]
+        for rule in switched:
+            rule.enabled = False  # Chainer then leaves state that a snapshot lacks unallocated
+        try:
+            opt.serialize(serializer)
+        finally:
+            for rule in switched:
+                rule.enabled = True
+        from chainer.serializer import Deserializer
+        if isinstance(serializer, Deserializer):
+            for rule in others:
+                rule._state = None
+                fp32 = getattr(rule, '_fp32_param', None)
+                if fp32 is not None:
+                    rule._fp32_param = None
+
     # -- what the wrapped optimizer calls during the update ---------------------------------
     def _call_hook(self, hook):
         opt = self.optimizer

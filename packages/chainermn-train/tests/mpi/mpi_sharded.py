@@ -225,3 +225,51 @@ def test_non_finite_skips_on_every_rank(dynamic, check_finite):
         assert opt._loss_scale == ref_opt._loss_scale
     if check_finite == 'skip':
         assert opt.skipped_updates == ref_opt.skipped_updates == 1
+
+
+def _continue(kind, config, shard, saved, start, steps):
+    """Make a fresh model and optimizer, load ``saved`` (params and optimizer), run updates start..steps-1."""
+    c = comm()
+    model = make(kind, seed=99)  # other initial values: the snapshot must overwrite them
+    opt, hook_list = make_opt(config)
+    mn = create_multi_node_optimizer(opt, c, shard_state=shard)
+    mn.setup(model)
+    for h in hook_list:
+        mn.add_hook(h)
+    chainer.serializers.load_npz(saved['model'], model)
+    chainer.serializers.load_npz(saved['opt'], mn)
+    for it in range(start, steps):
+        x, t = batch(kind, it, c.rank)
+        mn.update(lambda a, b: F.softmax_cross_entropy(model(a), b), x, t)
+    return model, mn
+
+
+def _save(model, mn, tmp, tag):
+    c = comm()
+    paths = {'model': str(tmp / '{}-model-{}.npz'.format(tag, c.rank)),
+             'opt': str(tmp / '{}-opt-{}.npz'.format(tag, c.rank))}
+    chainer.serializers.save_npz(paths['model'], model)
+    chainer.serializers.save_npz(paths['opt'], mn)
+    return paths
+
+
+@pytest.mark.parametrize('saved_sharded', [True, False])
+def test_resume_each_rank_from_its_own_snapshot(saved_sharded, tmp_path_factory):
+    """Same N: a sharded job resumed from every rank's snapshot continues bit for bit; an unsharded
+    snapshot loads into a sharded optimizer, which keeps only its share."""
+    c = comm()
+    tmp = tmp_path_factory.mktemp('r{}'.format(c.rank))
+    straight, _ = train('mlp', 'adam', True, steps=20)
+    half, half_opt = train('mlp', 'adam', saved_sharded, steps=10)
+    paths = _save(half, half_opt, tmp, 'half')
+    got, opt = _continue('mlp', 'adam', True, paths, 10, 20)
+    if saved_sharded:
+        assert digest(got) == digest(straight)
+    else:
+        for (n, a), (_, b) in zip(sorted(straight.namedparams()), sorted(got.namedparams())):
+            numpy.testing.assert_allclose(b.array, a.array, rtol=1e-6, atol=1e-7, err_msg=n)
+    assert len(set(c.allgather_obj(digest(got)))) == 1
+    assert opt.t == 20
+    shard = opt._mn_shard
+    for p, r in zip(shard.params, shard.owners):
+        assert (p.update_rule.state is None) == (r != c.rank)
