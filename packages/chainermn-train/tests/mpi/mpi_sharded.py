@@ -87,11 +87,11 @@ def make_opt(config):
     raise ValueError(config)
 
 
-def train(kind, config, shard, steps=30):
+def train(kind, config, shard, steps=30, comm_hook=None):
     c = comm()
     model = make(kind)
     opt, hook_list = make_opt(config)
-    mn = create_multi_node_optimizer(opt, c, shard_state=shard)
+    mn = create_multi_node_optimizer(opt, c, shard_state=shard, comm_hook=comm_hook)
     mn.setup(model)
     for h in hook_list:
         mn.add_hook(h)
@@ -273,3 +273,31 @@ def test_resume_each_rank_from_its_own_snapshot(saved_sharded, tmp_path_factory)
     shard = opt._mn_shard
     for p, r in zip(shard.params, shard.owners):
         assert (p.update_rule.state is None) == (r != c.rank)
+
+
+def test_a_share_missing_from_the_snapshot_is_refused(tmp_path_factory):
+    """Every rank loading rank 0's file: the ranks that own other parameters raise KeyError."""
+    c = comm()
+    tmp = tmp_path_factory.mktemp('k{}'.format(c.rank))
+    model, mn = train('mlp', 'adam', True, steps=2)
+    path = _save(model, mn, tmp, 'two')['opt']
+    path = c.bcast_obj(path)  # rank 0's file (one file system: the test's ranks share one host)
+    fresh = create_multi_node_optimizer(chainer.optimizers.Adam(alpha=0.01), c, shard_state=True)
+    fresh.setup(make('mlp'))
+    owns_other = any(r != 0 for r in fresh._mn_shard.layout()[1] if c.rank == r)
+    if owns_other:
+        with pytest.raises(KeyError):
+            chainer.serializers.load_npz(path, fresh)
+    else:
+        chainer.serializers.load_npz(path, fresh)
+
+
+@pytest.mark.parametrize('wire', ['float16', 'bfloat16', 'auto'])
+def test_wires_are_bitwise_on_every_rank_and_close(wire):
+    c = comm()
+    hook = {'float16': hooks.Float16, 'bfloat16': hooks.BFloat16, 'auto': hooks.Auto}[wire]()
+    ref, _ = train('mlp', 'momentum', False, steps=10)
+    got, opt = train('mlp', 'momentum', True, steps=10, comm_hook=hook)
+    assert len(set(c.allgather_obj(digest(got)))) == 1
+    for (n, a), (_, b) in zip(sorted(ref.namedparams()), sorted(got.namedparams())):
+        numpy.testing.assert_allclose(b.array, a.array, rtol=2e-2, atol=2e-3, err_msg=n)
