@@ -33,8 +33,11 @@ from chainermn_comm.reduce import half as _half
 
 __all__ = ['ShardCollectives', 'share_plan', 'DEFAULT_CHUNK_BYTES']
 
-#: Bytes per rank and round (the buffers hold ``size`` times this).
+#: Bytes per rank and round (the buffers hold ``size`` times this), at most.
 DEFAULT_CHUNK_BYTES = 1 << 20
+#: The host buffers' size that the default round keeps to with many ranks (``size * chunk``).
+_BUFFER_BYTES = 16 << 20
+_MIN_CHUNK = 64 << 10
 _ALIGN = 8
 _AUTO_ROUNDS = 2          # timed calls per candidate wire under 'auto'
 _AUTO_CANDIDATES = (None, 'bfloat16', 'float16')
@@ -87,16 +90,18 @@ class ShardCollectives:
     (or None).
     """
 
-    def __init__(self, mpi_comm, guard_of, nccl=None, chunk=DEFAULT_CHUNK_BYTES):
+    def __init__(self, mpi_comm, guard_of, nccl=None, chunk=None):
         self.mpi_comm = mpi_comm
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
         self._guard_of = guard_of
         self.nccl = nccl
+        if chunk is None:
+            chunk = min(DEFAULT_CHUNK_BYTES, max(_MIN_CHUNK, _BUFFER_BYTES // self.size))
         self.chunk = _pad(int(chunk))
         self._plans = {}
         self._bufs = {}
-        self._auto = {'times': {}, 'calls': 0, 'choice': False}
+        self._autos = {}  # (arrays, bytes) -> {'times', 'calls', 'choice'}: 'auto' decides per set
 
     # -- public --------------------------------------------------------------------
     def mean_to_owners(self, arrays, owners, wire=None):
@@ -143,9 +148,10 @@ class ShardCollectives:
         """Return collectives on the same communicator that move ``chunk`` bytes per rank and round."""
         return ShardCollectives(self.mpi_comm, self._guard_of, nccl=self.nccl, chunk=chunk)
 
-    def wire_chosen(self):
-        """Return the wire ``'auto'`` settled on (None: exact), or False while it is still timing."""
-        return self._auto['choice']
+    def wire_chosen(self, arrays):
+        """Return the wire ``'auto'`` settled on for ``arrays`` (None: exact), or False while it is timing."""
+        auto = self._autos.get(_set_key(arrays))
+        return False if auto is None else auto['choice']
 
     def release(self):
         """Drop the reused buffers and plans."""
@@ -192,7 +198,7 @@ class ShardCollectives:
             self._mean_host(arrays, owners, codec)
 
     def _mean_auto(self, arrays, owners):
-        auto = self._auto
+        auto = self._autos.setdefault(_set_key(arrays), {'times': {}, 'calls': 0, 'choice': False})
         if auto['choice'] is not False:
             self._mean(arrays, owners, auto['choice'])
             return
@@ -320,6 +326,10 @@ class ShardCollectives:
                     continue
                 for i, start, stop, off in pieces[r]:
                     flats[i][start:stop] = recv[r * chunk + off:r * chunk + off + stop - start]
+
+
+def _set_key(arrays):
+    return len(arrays), sum(a.nbytes for a in arrays)
 
 
 def _byte():
