@@ -47,7 +47,7 @@ def refuse_options(comm, double_buffering, overlap, comm_hook):
             'averages whole gradients (low-rank factors and error feedback over every parameter), '
             'not one owner\'s share; use a wire (Exact, Float16, BFloat16, Auto) or '
             'shard_state=False'.format(what, comm_hook))
-    return comm.allreduce_grad_dtype if comm_hook is None else comm_hook.wire
+    return getattr(comm, 'allreduce_grad_dtype', None) if comm_hook is None else comm_hook.wire
 
 
 def partition(sizes, size):
@@ -117,7 +117,13 @@ class ShardedUpdate:
         self.comm = comm
         self.optimizer = optimizer
         self.wire = wire
-        self.collectives = comm.shard_collectives()
+        make = getattr(comm, 'shard_collectives', None)
+        if make is None:
+            raise ValueError(
+                'create_multi_node_optimizer(shard_state=True): communicator {!r} has no reduce-scatter '
+                'of owned arrays (shard_collectives); use a communicator made by '
+                'chainermn.create_communicator, or shard_state=False'.format(comm))
+        self.collectives = make()
         self._sig = None
         self.params = []
         self.names = []

@@ -161,6 +161,8 @@ def test_refusals_name_the_option():
     with pytest.raises(ValueError, match='PowerSGD'):
         create_multi_node_optimizer(chainer.optimizers.SGD(), c, comm_hook=hooks.PowerSGD(rank=2),
                                     shard_state=True)
+    with pytest.raises(ValueError, match='has no reduce-scatter'):
+        create_multi_node_optimizer(chainer.optimizers.SGD(), object(), shard_state=True)
     # A built-in wire is taken as the reduce-scatter's wire.
     opt = create_multi_node_optimizer(chainer.optimizers.SGD(), c, comm_hook=hooks.BFloat16(),
                                       shard_state=True)
