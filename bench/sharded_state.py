@@ -4,6 +4,8 @@ Run under MPI, e.g. ``mpiexec -n 2 .venv/bin/python bench/sharded_state.py --jso
 prints one line (or one JSON object): the bytes of its update rules' state with Adam on the
 ResNet-50 shapes (bench/models.py), sharded and not, the bound ``total/N + largest``, and the
 mean time of one ``update()`` (average + step) over ``--updates`` updates after one warm-up.
+``--only sharded`` (or ``unsharded``) runs one of the two and reports the peak RSS per rank
+(``ru_maxrss``), to compare the memory of two separate runs.
 """
 
 import argparse
@@ -44,10 +46,22 @@ def main():
     ap.add_argument('--size', default='full', choices=('full', 'tiny'))
     ap.add_argument('--updates', type=int, default=3)
     ap.add_argument('--json', action='store_true')
+    ap.add_argument('--only', choices=('sharded', 'unsharded'))
     args = ap.parse_args()
     import chainermn_comm
     comm = chainermn_comm.create_communicator('naive')
     shapes = models.param_shapes(args.model, args.size)
+    if args.only:
+        import resource
+        state, _, took = _run(comm, args.only == 'sharded', shapes, args.updates)
+        row = {'ranks': comm.size, 'rank': comm.rank, 'model': args.model, 'run': args.only,
+               'state_bytes': state, 'update_s': round(took, 4),
+               'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        rows = comm.gather_obj(row)
+        if comm.rank == 0:
+            for r in rows:
+                print(json.dumps(r))
+        return
     full, largest, t_full = _run(comm, False, shapes, args.updates)
     mine, _, t_shard = _run(comm, True, shapes, args.updates)
     row = {'ranks': comm.size, 'rank': comm.rank, 'model': args.model, 'state_bytes_unsharded': full,
