@@ -126,6 +126,12 @@ class MultiNodeOptimizer:
         if self.comm_hook is not None:
             self.comm_hook.serialize(serializer['comm_hook'])
 
+    def add_hook(self, hook, name=None, timing='auto'):
+        """Register an optimizer hook on the wrapped optimizer (with shard_state: one it can run)."""
+        if self._mn_shard is not None:  # sharded optimizer state (issue 52): refused here, named
+            self._mn_shard.check_hooks(hook, name)
+        self.actual_optimizer.add_hook(hook, name=name, timing=timing)
+
     def update(self, lossfun=None, *args, **kwds):
         """Compute (when ``lossfun`` is given), average and apply gradients, like ``Optimizer.update``."""
         if not trace.ON:

@@ -124,10 +124,27 @@ class ShardedUpdate:
                 'of owned arrays (shard_collectives); use a communicator made by '
                 'chainermn.create_communicator, or shard_state=False'.format(comm))
         self.collectives = make()
+        self.check_hooks()
         self._sig = None
         self.params = []
         self.names = []
         self.owners = ()
+
+    def check_hooks(self, extra=None, name=None):
+        """Raise ValueError naming the optimizer's hooks (and ``extra``, about to be added) that
+        sharded state cannot run."""
+        bad = unsupported_hooks(self.optimizer) if getattr(self.optimizer, '_hookable', None) else []
+        if extra is not None and not (getattr(extra, 'call_for_each_param', False) or
+                                      _is_global_clipping(extra)):
+            bad.append('{} ({})'.format(name or getattr(extra, 'name', None) or
+                                        getattr(extra, '__name__', '?'), type(extra).__name__))
+        if bad:
+            raise ValueError(
+                'rank {}: create_multi_node_optimizer(shard_state=True) cannot run the optimizer '
+                'hook(s) {}: each rank holds the averaged gradient of its own share only, and these '
+                'hooks read every parameter at once. Per-parameter hooks (WeightDecay, Lasso, '
+                'GradientHardClipping, GradientLARS, GradientNoise) and GradientClipping work; '
+                'remove the hook or use shard_state=False'.format(self.comm.rank, ', '.join(bad)))
 
     # -- the partition --------------------------------------------------------------------
     def layout(self):
@@ -156,14 +173,7 @@ class ShardedUpdate:
     # -- one update ---------------------------------------------------------------------
     def mean(self, zero_fill=True):
         """Average the gradients to their owners (a parameter without a gradient takes part with zeros)."""
-        bad = unsupported_hooks(self.optimizer)
-        if bad:
-            raise ValueError(
-                'rank {}: create_multi_node_optimizer(shard_state=True) cannot run the optimizer '
-                'hook(s) {}: each rank holds the averaged gradient of its own share only, and these '
-                'hooks read every parameter at once. Per-parameter hooks (WeightDecay, Lasso, '
-                'GradientHardClipping, GradientLARS, GradientNoise) and GradientClipping work; '
-                'remove the hook or use shard_state=False'.format(self.comm.rank, ', '.join(bad)))
+        self.check_hooks()
         params, owners = self.layout()
         grads = []
         for p in params:

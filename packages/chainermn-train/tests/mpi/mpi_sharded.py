@@ -178,10 +178,18 @@ def test_whole_model_hook_is_refused_naming_it():
 
     my_global_hook.name = 'my_global_hook'
     mn = create_multi_node_optimizer(chainer.optimizers.SGD(), c, shard_state=True).setup(model)
-    mn.add_hook(my_global_hook)
+    with pytest.raises(ValueError, match='my_global_hook'):
+        mn.add_hook(my_global_hook)   # refused when it is added
+    mn.add_hook(H.WeightDecay(1e-4))
+    mn.actual_optimizer.add_hook(my_global_hook)   # added behind the wrapper's back
     x, t = batch('mlp', 0, c.rank)
     with pytest.raises(ValueError, match='my_global_hook'):
         mn.update(lambda a, b: F.softmax_cross_entropy(model(a), b), x, t)
+    # Wrapping an optimizer that already has such a hook is refused when it is made.
+    inner = chainer.optimizers.SGD().setup(make('mlp'))
+    inner.add_hook(my_global_hook)
+    with pytest.raises(ValueError, match='my_global_hook'):
+        create_multi_node_optimizer(inner, c, shard_state=True)
 
 
 def _nan_step(shard, dynamic, check_finite=None):
