@@ -311,3 +311,33 @@ def test_wires_are_bitwise_on_every_rank_and_close(wire):
     assert len(set(c.allgather_obj(digest(got)))) == 1
     for (n, a), (_, b) in zip(sorted(ref.namedparams()), sorted(got.namedparams())):
         numpy.testing.assert_allclose(b.array, a.array, rtol=2e-2, atol=2e-3, err_msg=n)
+
+
+def _train_fp16(shard, steps=10):
+    c = comm()
+    numpy.random.seed(3)
+    with chainer.using_config('dtype', numpy.float16):
+        model = MLP()
+    opt = chainer.optimizers.Adam(alpha=0.01)
+    opt.use_fp32_update()
+    mn = create_multi_node_optimizer(opt, c, shard_state=shard).setup(model)
+    for it in range(steps):
+        x, t = batch('mlp', it, c.rank)
+        mn.update(lambda a, b: F.softmax_cross_entropy(model(a), b), x.astype(numpy.float16), t)
+    return model, mn
+
+
+def test_float16_parameters_with_fp32_master_copies():
+    """use_fp32_update: the owner keeps the float32 copy; every rank gets the float16 parameters."""
+    c = comm()
+    ref, ref_opt = _train_fp16(False)
+    got, opt = _train_fp16(True)
+    for (n, a), (_, b) in zip(sorted(ref.namedparams()), sorted(got.namedparams())):
+        assert b.array.dtype == numpy.float16
+        numpy.testing.assert_allclose(b.array.astype(numpy.float32), a.array.astype(numpy.float32),
+                                      rtol=1e-3, atol=1e-3, err_msg=n)
+    assert len(set(c.allgather_obj(digest(got)))) == 1
+    shard = opt._mn_shard
+    for p, r in zip(shard.params, shard.owners):
+        assert (getattr(p.update_rule, '_fp32_param', None) is None) == (r != c.rank)
+    assert sum(c.allgather_obj(_sharded.state_bytes(opt))) == _sharded.state_bytes(ref_opt)
