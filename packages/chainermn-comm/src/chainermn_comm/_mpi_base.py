@@ -149,8 +149,6 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
                               'None; got {!r}'.format(self._rank, max_buf_len))
         return None
 
-
-
     def _host_array(self, x, what):
         """Return ``x`` as a contiguous host array or raise TypeError naming ``what``."""
         if _arrays.is_array(x):

@@ -198,6 +198,14 @@ class Averaging:
         with self._hold_hook()(hook):
             yield
 
+    def shard_collectives(self):
+        """Return the reduce-scatter / all-gather of owned arrays (``reduce.shard``; ``shard_state=True``)."""
+        shard = self.__dict__.get('_shard')
+        if shard is None:
+            from chainermn_comm.reduce.shard import ShardCollectives
+            shard = self._shard = ShardCollectives(self.comm.mpi_comm, lambda: self.guard, self.nccl)
+        return shard
+
     def free(self):
         """Release the reducer (collective); the communicator's ``finalize`` calls it."""
         reducer, self.reducer = self.reducer, None
@@ -216,7 +224,8 @@ class ModelAverage:
     which takes the built-in wires only: ``hook`` then names the wire it uses).
     """
 
-    def __init__(self, comm, model, hook=None, zero_fill=True, builtin=False, background=None):
+    def __init__(self, comm, model, hook=None, zero_fill=True, builtin=False, background=None,
+                 shard=None):
         self.comm = comm
         self.model = model
         self.hook = hook
@@ -228,7 +237,11 @@ class ModelAverage:
         self._names = []
         #: What averages in a background thread (``double_buffering=True``: its ``swap(model)``).
         self.background = background
-        if background is not None:
+        #: What averages each gradient to its owner (``shard_state=True``: its ``mean(zero_fill)``).
+        self.shard = shard
+        if shard is not None:
+            self.strategy = 'shard'
+        elif background is not None:
             self.strategy = 'background'
         elif hook is not None:
             self.strategy = 'hook'
@@ -307,6 +320,10 @@ class ModelAverage:
         """Double buffering: start this update's average in the background, take the last one."""
         self.background.swap(self.model)
 
+    def _mean_shard(self, zero_fill=None):
+        """Sharded optimizer state: average each gradient to the rank that owns its parameter."""
+        self.shard.mean(self.zero_fill if zero_fill is None else zero_fill)
+
     def _mean_own(self, zero_fill=None):
         """The communicator's own method (a user's communicator, or a subclass that overrides it)."""
         zero_fill = self.zero_fill if zero_fill is None else zero_fill
@@ -384,7 +401,8 @@ class ModelAverage:
             self.hook(self.comm, bucket)
 
 
-_STRATEGIES = {'background': ModelAverage._mean_background, 'hook': ModelAverage._mean_hook,
+_STRATEGIES = {'shard': ModelAverage._mean_shard,
+               'background': ModelAverage._mean_background, 'hook': ModelAverage._mean_hook,
                'communicator': ModelAverage._mean_own, 'wire': ModelAverage._mean_exact}
 
 

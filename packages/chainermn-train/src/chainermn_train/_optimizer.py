@@ -12,7 +12,7 @@ __all__ = ['create_multi_node_optimizer', 'MultiNodeOptimizer']
 _OWN = frozenset([
     'actual_optimizer', 'communicator', 'zero_fill', 'double_buffering', 'overlap', 'comm_hook',
     '_mn_synced_sig', '_mn_double', '_overlap', '_mn_batch_checked', '_mn_left', '_mn_finite',
-    '_mn_avg',
+    '_mn_avg', 'shard_state', '_mn_shard',
 ])
 
 #: Each stateful communication hook -> (a weak reference to) the optimizer it serves.
@@ -66,7 +66,7 @@ class MultiNodeOptimizer:
     """
 
     def __init__(self, actual_optimizer, communicator, double_buffering=False, zero_fill=True,
-                 overlap=False, check_finite=None, comm_hook=None):
+                 overlap=False, check_finite=None, comm_hook=None, shard_state=False):
         if double_buffering and overlap:
             raise ValueError('create_multi_node_optimizer: double_buffering=True and overlap=True '
                              'cannot be combined; choose one')
@@ -76,6 +76,13 @@ class MultiNodeOptimizer:
                              'background thread and takes only the built-in wires as comm_hook '
                              '(Exact, Float16, BFloat16, Auto); got {!r}: use overlap=True or '
                              'neither'.format(comm_hook))
+        # -- sharded optimizer state (issue 52; chainermn_train._sharded) --
+        shard = None
+        if shard_state:
+            from chainermn_train import _sharded
+            shard = _sharded.ShardedUpdate(communicator, actual_optimizer, _sharded.refuse_options(
+                communicator, double_buffering, overlap, comm_hook))
+        # -- end sharded --
         finite = _finite.resolve_mode(check_finite)
         if finite is not None and (double_buffering or overlap):
             if check_finite is not None:
@@ -100,6 +107,8 @@ class MultiNodeOptimizer:
         #: The averaging interface of the target (``chainermn_comm.averaging.ModelAverage``).
         d['_mn_avg'] = None
         _claim_hook(comm_hook, self)
+        d['shard_state'] = shard is not None
+        d['_mn_shard'] = shard  # sharded optimizer state (issue 52), or None
         if double_buffering:
             from chainermn_train._double_buffer import DoubleBufferingReducer
             d['_mn_double'] = DoubleBufferingReducer(communicator, zero_fill=zero_fill,
@@ -141,9 +150,18 @@ class MultiNodeOptimizer:
     def serialize(self, serializer):
         """Serialize the wrapped optimizer's state (hyperparameters, ``t``, per-parameter states)
         and the communication hook's state (under ``comm_hook/``, when it has any)."""
-        self.actual_optimizer.serialize(serializer)
+        if self._mn_shard is not None:  # sharded optimizer state (issue 52): this rank's share
+            self._mn_shard.serialize(serializer)
+        else:
+            self.actual_optimizer.serialize(serializer)
         if self.comm_hook is not None:
             self.comm_hook.serialize(serializer['comm_hook'])
+
+    def add_hook(self, hook, name=None, timing='auto'):
+        """Register an optimizer hook on the wrapped optimizer (with shard_state: one it can run)."""
+        if self._mn_shard is not None:  # sharded optimizer state (issue 52): refused here, named
+            self._mn_shard.check_hooks(hook, name)
+        self.actual_optimizer.add_hook(hook, name=name, timing=timing)
 
     def update(self, lossfun=None, *args, **kwds):
         """Compute (when ``lossfun`` is given), average and apply gradients, like ``Optimizer.update``."""
@@ -222,10 +240,11 @@ class MultiNodeOptimizer:
 
     def _mn_apply(self, on):
         """Run the wrapped optimizer's own update (a 'compute' event 'optimizer' while tracing)."""
+        run = self.actual_optimizer.update if self._mn_shard is None else self._mn_shard.update
         if not on:
-            return self.actual_optimizer.update()
+            return run()
         started = trace.begin(_on_device(self.actual_optimizer.target))
-        self.actual_optimizer.update()
+        run()
         trace.end(started, 'optimizer', 'compute')
 
     def new_epoch(self, auto=False):
@@ -251,7 +270,7 @@ class MultiNodeOptimizer:
         target = self.actual_optimizer.target
         if avg is None or avg.model is not target or avg.hook is not self.comm_hook:
             avg = engine.ModelAverage(self.communicator, target, self.comm_hook, self.zero_fill,
-                                      background=self._mn_double)
+                                      background=self._mn_double, shard=self._mn_shard)
             self.__dict__['_mn_avg'] = avg
         return avg
 
@@ -313,7 +332,7 @@ class MultiNodeOptimizer:
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
-                                overlap=False, check_finite=None, comm_hook=None):
+                                overlap=False, check_finite=None, comm_hook=None, shard_state=False):
     """Create a multi-node optimizer from a Chainer optimizer.
 
     Args:
@@ -337,6 +356,11 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             :class:`chainermn.hooks.CommHook` of your own or a function ``fn(comm, bucket)``;
             with ``overlap=True`` it is called once per bucket.  Its state is saved with the
             optimizer.
+        shard_state (bool): keep and update only this rank's share of the optimizer state
+            (ZeRO stage 1-2): gradients are averaged to each parameter's owner, each rank runs the
+            update rules of its own parameters, and the updated parameters are all-gathered
+            (docs/sharded_state.md).  Not with ``double_buffering``, ``overlap`` or a ``comm_hook``
+            other than the built-in wires.
 
     Returns:
         A :class:`MultiNodeOptimizer` that behaves like ``actual_optimizer``.
@@ -344,4 +368,4 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     _trainer_run.install()
     return MultiNodeOptimizer(actual_optimizer, communicator, double_buffering=double_buffering,
                               zero_fill=zero_fill, overlap=overlap, check_finite=check_finite,
-                              comm_hook=comm_hook)
+                              comm_hook=comm_hook, shard_state=shard_state)

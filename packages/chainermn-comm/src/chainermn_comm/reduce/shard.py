@@ -1,0 +1,367 @@
+"""Reduce-scatter and all-gather of whole arrays to and from their owners (sharded optimizer state).
+
+Every array has one owner rank.  :meth:`ShardCollectives.mean_to_owners` leaves in each owner's
+arrays the average over all ranks (the other ranks' copies are left as they were), and
+:meth:`ShardCollectives.gather_from_owners` copies every owner's arrays to every rank, byte for
+byte.  Together they move the bytes of one all-reduce.
+
+Each rank's share is its arrays one after another (each padded to 8 bytes), and the shares move
+in rounds of at most ``chunk`` bytes per rank through buffers that are reused (one huge MPI call is
+slow on MPICH: ARCHITECTURE.md, "Big messages"):
+
+- host: an ``Alltoallv`` of the terms of each rank's slice, summed by the owner in rank order
+  (deterministic), in the array's dtype or, on a 16-bit wire, in float32 (``reduce.codecs``;
+  float16 terms are prescaled by ``1/size`` and a power of two the ranks agree on, as the
+  all-reduce does); the way back is an ``Allgatherv`` of the owners' bytes.
+- device, on a communicator with an NCCL group over all ranks: ``reduceScatter`` per dtype and
+  ``allGather`` of bytes, each rank's slice padded to the round's size (NCCL counts are equal).
+  A 16-bit wire on the device goes through the host path.
+
+``wire``: None (the arrays' own dtype), ``numpy.float16``, ``'bfloat16'`` or ``'auto'`` (the
+first calls time each wire, then the ranks agree on the fastest: a 16-bit one only when it is at
+least 10% faster than the exact one).
+"""
+
+import time
+
+import numpy
+
+from chainermn_comm import _arrays
+from chainermn_comm.guard import stable_code
+from chainermn_comm.reduce import codecs as _codecs
+from chainermn_comm.reduce import half as _half
+
+__all__ = ['ShardCollectives', 'share_plan', 'DEFAULT_CHUNK_BYTES']
+
+#: Bytes per rank and round (the buffers hold ``size`` times this), at most.
+DEFAULT_CHUNK_BYTES = 1 << 20
+#: The host buffers' size that the default round keeps to with many ranks (``size * chunk``).
+_BUFFER_BYTES = 16 << 20
+_MIN_CHUNK = 64 << 10
+_ALIGN = 8
+_AUTO_ROUNDS = 2          # timed calls per candidate wire under 'auto'
+_AUTO_CANDIDATES = (None, 'bfloat16', 'float16')
+
+
+def _pad(n):
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def share_plan(nbytes, owners, size, chunk):
+    """Return ``(rounds, counts)``: per round and rank, the pieces ``(index, start, stop, offset)``
+    (bytes of array ``index``, at ``offset`` in the rank's slice of the round), and the bytes of
+    each rank's slice per round."""
+    shares = [[] for _ in range(size)]
+    for i, (n, r) in enumerate(zip(nbytes, owners)):
+        shares[r].append(i)
+    totals = [sum(_pad(nbytes[i]) for i in share) for share in shares]
+    nrounds = max(1, -(-max(totals) // chunk)) if totals else 1
+    rounds = [[[] for _ in range(size)] for _ in range(nrounds)]
+    counts = [[0] * size for _ in range(nrounds)]
+    for r, share in enumerate(shares):
+        pos = 0
+        for i in share:
+            n = nbytes[i]
+            start = 0
+            while start < n:
+                k, off = divmod(pos + start, chunk)
+                stop = min(n, start + chunk - off)
+                rounds[k][r].append((i, start, stop, off))
+                start = stop
+            pos += _pad(n)
+        for k in range(nrounds):
+            counts[k][r] = max(0, min(chunk, totals[r] - k * chunk))
+    return rounds, counts
+
+
+def _wire_label(wire):
+    if wire is None:
+        return 'exact'
+    if isinstance(wire, str):
+        return wire
+    return numpy.dtype(wire).name
+
+
+class ShardCollectives:
+    """The reduce-scatter and all-gather of owned arrays over one communicator.
+
+    Made by the communicator (``comm.averaging.shard_collectives()``): ``mpi_comm`` is its MPI
+    communicator, ``guard_of()`` returns its call guard, ``nccl`` its NCCL group over all ranks
+    (or None).
+    """
+
+    def __init__(self, mpi_comm, guard_of, nccl=None, chunk=None):
+        self.mpi_comm = mpi_comm
+        self.rank = mpi_comm.Get_rank()
+        self.size = mpi_comm.Get_size()
+        self._guard_of = guard_of
+        self.nccl = nccl
+        if chunk is None:
+            chunk = min(DEFAULT_CHUNK_BYTES, max(_MIN_CHUNK, _BUFFER_BYTES // self.size))
+        self.chunk = _pad(int(chunk))
+        self._plans = {}
+        self._bufs = {}
+        self._autos = {}  # (arrays, bytes) -> {'times', 'calls', 'choice'}: 'auto' decides per set
+
+    # -- public --------------------------------------------------------------------
+    def mean_to_owners(self, arrays, owners, wire=None):
+        """Average ``arrays`` over all ranks into their owners' copies (``owners[i]``: a rank)."""
+        owners = self._check(arrays, owners, 'mean_to_owners')
+        if self.size == 1:
+            return
+        if wire is not None and isinstance(wire, str) and wire.strip().lower() == 'auto':
+            label = 'auto'
+        else:
+            label = _wire_label(wire)
+        shapes = tuple(tuple(a.shape) for a in arrays)
+        codes = tuple(stable_code(a.dtype.str) for a in arrays)
+
+        def sig():
+            return (('arrays', tuple((tuple(a.shape), a.dtype.str) for a in arrays)),
+                    ('owners', owners), ('wire', label))
+
+        key = (shapes, codes, owners, stable_code(label))
+        with self._guard_of()('mean_to_owners', sig, key=key):
+            if label == 'auto':
+                self._mean_auto(arrays, owners)
+            else:
+                self._mean(arrays, owners, wire)
+
+    def gather_from_owners(self, arrays, owners):
+        """Copy every owner's ``arrays`` to every rank (byte for byte)."""
+        owners = self._check(arrays, owners, 'gather_from_owners')
+        if self.size == 1:
+            return
+        shapes = tuple(tuple(a.shape) for a in arrays)
+        codes = tuple(stable_code(a.dtype.str) for a in arrays)
+
+        def sig():
+            return (('arrays', tuple((tuple(a.shape), a.dtype.str) for a in arrays)), ('owners', owners))
+
+        with self._guard_of()('gather_from_owners', sig, key=(shapes, codes, owners)):
+            if self._on_nccl(arrays):
+                self._gather_nccl(arrays, owners)
+            else:
+                self._gather_host(arrays, owners)
+
+    def with_chunk(self, chunk):
+        """Return collectives on the same communicator that move ``chunk`` bytes per rank and round."""
+        return ShardCollectives(self.mpi_comm, self._guard_of, nccl=self.nccl, chunk=chunk)
+
+    def wire_chosen(self, arrays):
+        """Return the wire ``'auto'`` settled on for ``arrays`` (None: exact), or False while it is timing."""
+        auto = self._autos.get(_set_key(arrays))
+        return False if auto is None else auto['choice']
+
+    def release(self):
+        """Drop the reused buffers and plans."""
+        self._bufs.clear()
+        self._plans.clear()
+
+    # -- checks and plans --------------------------------------------------------------
+    def _check(self, arrays, owners, what):
+        if len(arrays) != len(owners):
+            raise ValueError('rank {}: {} needs one owner per array; got {} arrays and {} owners'.format(
+                self.rank, what, len(arrays), len(owners)))
+        owners = tuple(int(r) for r in owners)
+        for i, r in enumerate(owners):
+            if not 0 <= r < self.size:
+                raise ValueError('rank {}: {}: the owner of array {} is rank {}, outside 0..{}'.format(
+                    self.rank, what, i, r, self.size - 1))
+        return owners
+
+    def _plan(self, kind, nbytes, owners, chunk):
+        key = (kind, tuple(nbytes), owners, chunk)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) > 16:
+                self._plans.clear()
+            plan = self._plans[key] = share_plan(nbytes, owners, self.size, chunk)
+        return plan
+
+    def _buf(self, name, nbytes, xp=numpy):
+        buf = self._bufs.get(name)
+        if buf is None or buf.size < nbytes:
+            buf = self._bufs[name] = xp.empty(max(nbytes, 8), dtype=numpy.uint8)
+        return buf
+
+    def _on_nccl(self, arrays):
+        return self.nccl is not None and arrays and all(_arrays.is_device(a) for a in arrays)
+
+    # -- the average ------------------------------------------------------------------------
+    def _mean(self, arrays, owners, wire):
+        codec = _codecs.codec_of(wire)
+        if codec is None and self._on_nccl(arrays) and \
+                all(a.dtype.kind == 'f' and a.dtype.itemsize >= 2 for a in arrays):
+            self._mean_nccl(arrays, owners)
+        else:
+            self._mean_host(arrays, owners, codec)
+
+    def _mean_auto(self, arrays, owners):
+        auto = self._autos.setdefault(_set_key(arrays), {'times': {}, 'calls': 0, 'choice': False})
+        if auto['choice'] is not False:
+            self._mean(arrays, owners, auto['choice'])
+            return
+        n = auto['calls']
+        wire = _AUTO_CANDIDATES[n % len(_AUTO_CANDIDATES)]
+        started = time.perf_counter()
+        self._mean(arrays, owners, wire)
+        took = time.perf_counter() - started
+        times = auto['times']
+        times[wire] = min(times.get(wire, took), took)
+        auto['calls'] = n + 1
+        if auto['calls'] < _AUTO_ROUNDS * len(_AUTO_CANDIDATES):
+            return
+        # Every rank decides on the same times: the slowest rank's of each wire.
+        row = numpy.array([times[w] for w in _AUTO_CANDIDATES], dtype=numpy.float64)
+        from mpi4py import MPI
+        self.mpi_comm.Allreduce(MPI.IN_PLACE, row, MPI.MAX)
+        best = int(numpy.argmin(row))
+        auto['choice'] = _AUTO_CANDIDATES[best] if row[best] < 0.9 * row[0] else None
+
+    def _mean_host(self, arrays, owners, codec):
+        staged = [_host_flat(a) for a in arrays]
+        flats = [h for h, _ in staged]
+        wire_sizes = [codec.itemsize if codec is not None and f.dtype.kind == 'f' else f.dtype.itemsize
+                      for f in flats]
+        nbytes = [f.size * w for f, w in zip(flats, wire_sizes)]
+        rounds, counts = self._plan(('mean', None if codec is None else codec.name,
+                                     tuple(f.dtype.str for f in flats)), nbytes, owners, self.chunk)
+        size, rank, chunk = self.size, self.rank, self.chunk
+        up = down = None
+        if codec is not None and codec.prescale:
+            up, down = _half.shared_factors(self.mpi_comm, flats, 1.0 / size)
+        send = self._buf('send', size * chunk)
+        recv = self._buf('recv', size * chunk)
+        displs = [r * chunk for r in range(size)]
+        inv = 1.0 / size
+        for pieces, count in zip(rounds, counts):
+            for r in range(size):
+                base = r * chunk
+                for i, start, stop, off in pieces[r]:
+                    w = wire_sizes[i]
+                    src = flats[i][start // w:stop // w]
+                    dst = send[base + off:base + off + stop - start]
+                    if codec is not None and src.dtype.kind == 'f':
+                        codec.encode(dst.view(codec.storage), src, 1.0 if up is None else up[i])
+                    else:
+                        dst.view(src.dtype)[...] = src
+            mine = count[rank]
+            self.mpi_comm.Alltoallv([send, count, displs, _byte()], [recv, [mine] * size, displs, _byte()])
+            for i, start, stop, off in pieces[rank]:
+                w = wire_sizes[i]
+                out = flats[i][start // w:stop // w]
+                terms = [recv[s * chunk + off:s * chunk + off + stop - start] for s in range(size)]
+                if codec is not None and out.dtype.kind == 'f':
+                    wide = numpy.empty(out.size, numpy.float32)
+                    codec.sum_terms(wide, [t.view(codec.storage) for t in terms])
+                    _half.scale_into(out, wide, inv if down is None else down[i])
+                else:
+                    _sum_terms(out, [t.view(out.dtype) for t in terms], inv)
+        for a, (h, copied) in zip(arrays, staged):
+            if copied:
+                _write_back(a, h)
+
+    def _mean_nccl(self, arrays, owners):
+        import cupy
+        size, rank = self.size, self.rank
+        groups = {}
+        for i, a in enumerate(arrays):
+            groups.setdefault(a.dtype.str, []).append(i)
+        for dstr, idx in sorted(groups.items()):
+            dt = numpy.dtype(dstr)
+            flats = [arrays[i].reshape(-1) for i in idx]
+            sub_owners = tuple(owners[i] for i in idx)
+            rounds, _ = self._plan(('nccl', dstr), [f.nbytes for f in flats], sub_owners, self.chunk)
+            elems = self.chunk // dt.itemsize
+            send = self._buf('nccl_send', size * self.chunk, cupy)[:size * self.chunk].view(dt)
+            recv = self._buf('nccl_recv', self.chunk, cupy)[:self.chunk].view(dt)
+            w = dt.itemsize
+            for pieces in rounds:
+                for r in range(size):
+                    for j, start, stop, off in pieces[r]:
+                        send[r * elems + off // w:r * elems + (off + stop - start) // w] = \
+                            flats[j][start // w:stop // w]
+                self.nccl.reduce_scatter(send, recv, 'sum', what='mean_to_owners')
+                for j, start, stop, off in pieces[rank]:
+                    out = flats[j][start // w:stop // w]
+                    cupy.multiply(recv[off // w:(off + stop - start) // w], dt.type(1.0 / size), out=out)
+
+    # -- the way back ---------------------------------------------------------------------
+    def _gather_host(self, arrays, owners):
+        staged = [_host_flat(a) for a in arrays]
+        flats = [h.view(numpy.uint8) if h.size else numpy.empty(0, numpy.uint8) for h, _ in staged]
+        rounds, counts = self._plan('gather', [f.size for f in flats], owners, self.chunk)
+        size, rank, chunk = self.size, self.rank, self.chunk
+        send = self._buf('send', chunk)
+        recv = self._buf('recv', size * chunk)
+        displs = [r * chunk for r in range(size)]
+        for pieces, count in zip(rounds, counts):
+            for i, start, stop, off in pieces[rank]:
+                send[off:off + stop - start] = flats[i][start:stop]
+            self.mpi_comm.Allgatherv([send, count[rank], _byte()], [recv, count, displs, _byte()])
+            for r in range(size):
+                if r == rank:
+                    continue
+                base = r * chunk
+                for i, start, stop, off in pieces[r]:
+                    flats[i][start:stop] = recv[base + off:base + off + stop - start]
+        for a, (h, copied) in zip(arrays, staged):
+            if copied:
+                _write_back(a, h)
+
+    def _gather_nccl(self, arrays, owners):
+        import cupy
+        size, rank, chunk = self.size, self.rank, self.chunk
+        flats = [a.reshape(-1).view(numpy.uint8) if a.size else None for a in arrays]
+        rounds, _ = self._plan('gather', [a.nbytes for a in arrays], owners, chunk)
+        send = self._buf('nccl_send', size * chunk, cupy)
+        recv = self._buf('nccl_recv', size * chunk, cupy)
+        for pieces in rounds:
+            for i, start, stop, off in pieces[rank]:
+                send[off:off + stop - start] = flats[i][start:stop]
+            self.nccl.allgather(send[:chunk], recv[:size * chunk], what='gather_from_owners')
+            for r in range(size):
+                if r == rank:
+                    continue
+                for i, start, stop, off in pieces[r]:
+                    flats[i][start:stop] = recv[r * chunk + off:r * chunk + off + stop - start]
+
+
+def _set_key(arrays):
+    return len(arrays), sum(a.nbytes for a in arrays)
+
+
+def _byte():
+    from mpi4py import MPI
+    return MPI.BYTE
+
+
+def _host_flat(a):
+    """Return (a flat C-contiguous host view or copy of ``a``, whether it is a copy to write back)."""
+    if isinstance(a, numpy.ndarray) and a.flags.c_contiguous:
+        return a.reshape(-1), False
+    return _arrays.as_host(a).reshape(-1), True
+
+
+def _write_back(a, host):
+    a[...] = _arrays.like(host.reshape(a.shape), a)
+
+
+def _sum_terms(out, terms, inv):
+    """Write the mean of ``terms`` (added in rank order) into ``out`` (float16: added in float32)."""
+    if out.dtype == numpy.float16:
+        wide = terms[0].astype(numpy.float32)
+        for t in terms[1:]:
+            numpy.add(wide, t, out=wide)
+        numpy.multiply(wide, numpy.float32(inv), out=out, casting='unsafe')
+        return
+    numpy.add(terms[0], terms[1], out=out)
+    for t in terms[2:]:
+        numpy.add(out, t, out=out)
+    if out.dtype.kind == 'f':
+        numpy.multiply(out, out.dtype.type(inv), out=out)
+    elif out.dtype.kind == 'c':
+        numpy.multiply(out, inv, out=out)
+    else:
+        numpy.floor_divide(out, len(terms), out=out)

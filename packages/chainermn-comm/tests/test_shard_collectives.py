@@ -1,0 +1,32 @@
+"""The reduce-scatter / all-gather of owned arrays (sharded optimizer state) at 1, 2 and 3 ranks."""
+
+import os
+
+import pytest
+
+from chainermn_comm.testing import run_pytest_under_mpi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, 'mpi', 'mpi_shard.py')
+FAKE = os.path.join(HERE, 'fakecupy')
+
+
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_shard_collectives_host(n):
+    res = run_pytest_under_mpi(SCRIPT, n, timeout=240,
+                               env={'CHAINERMN_TEST_SHARD_COMMS': 'naive'})
+    assert 'passed' in res.stdout
+
+
+def test_shard_collectives_two_simulated_nodes():
+    run_pytest_under_mpi(SCRIPT, 3, timeout=240,
+                         env={'CHAINERMN_TEST_SHARD_COMMS': 'naive', 'CHAINERMN_RANKS_PER_NODE': '2'})
+
+
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_shard_collectives_on_the_gpu_stand_in(n):
+    path = os.pathsep.join([FAKE] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
+    res = run_pytest_under_mpi(SCRIPT, n, timeout=240, env={
+        'PYTHONPATH': path, 'CHAINERMN_TEST_SHARD_COMMS': 'pure_nccl,flat', 'CHAINERMN_TEST_SHARD_GPU': '1',
+        'CHAINERMN_CUDA_AWARE': '0', 'CUPY_FAKE_MPI_CUDA_AWARE': '0'})
+    assert 'passed' in res.stdout
