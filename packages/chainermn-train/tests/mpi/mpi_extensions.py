@@ -109,8 +109,9 @@ def _shared_tmpdir(comm):
 def test_checkpointer_save_load_gc_and_fallback():
     comm = _common.comm()
     path = _shared_tmpdir(comm)
+    # Synchronous: the files are listed right after each save (background saves: test_background_checkpoint_mpi).
     cp = chainermn_train.create_multi_node_checkpointer('run', comm, cp_interval=2, gc_interval=2,
-                                                        path=path)
+                                                        path=path, background=False)
     assert chainermn_train.create_multi_node_checkpoint is chainermn_train.create_multi_node_checkpointer
     model = _common.make_model(3)
     for it in range(1, 6):

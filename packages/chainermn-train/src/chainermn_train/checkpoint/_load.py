@@ -295,6 +295,19 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
         st['load_seconds'] += time.monotonic() - start
         if not gens:
             return None
+        if set(gens) <= set(incomplete) and not weights_only:
+            # Only generations a killed run never completed (background writes): none was ever
+            # loadable, so this run starts from iteration 0 as that run's continuation and
+            # removes its own files of them.
+            runs = {_lineage.run_of(m) for g in gens for fl in gens[g].values() for _, m in fl
+                    if isinstance(m, dict)}
+            if len(runs) == 1 and None not in runs:
+                ckpt.run_id = runs.pop()
+                _remove_incomplete(ckpt, gens, incomplete)
+            if rank == 0:
+                _log.info('chainermn checkpoint: no complete generation of %r; starting from '
+                          'iteration 0 (%s)', ckpt.name, _generations.summary(gens, rejected))
+            return None
         return _unusable(ckpt, gens, rejected, refused, fresh_ok)
     _deserialize(trainer, values, models if weights_only else None, rank, it)
     skipped = sorted((g for g in gens if g > it and rejected.get(g)), reverse=True)
