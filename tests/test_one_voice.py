@@ -27,7 +27,7 @@ ESCAPE = re.compile(r'\x1b\[\d*[AJ]')
 # Rank 0's configuration lines, the report's rows, and the tuner's decision (held while the report
 # prints and written when the run ends, so present or not depending on when tuning finished).
 QUIET = re.compile(r'^(chainermn:0: CPUModeWarning: .*|chainermn: \[rank 0 host [^\]]*\] (BLAS and OpenMP '
-                   r'threads|oversubscribed|multi_node_mean_grad tuned at call \d+ \(\d+ calls\)): .*|'
+                   r'threads|oversubscribed|gradient averaging[^:]*): .*|'
                    r'epoch\s+main/loss.*|\d+\s+[0-9.]+\s.*)$')
 
 MISTAKES = {

@@ -113,7 +113,7 @@ def test_rechecks_log_changes_once_and_trace(monkeypatch, caplog):
     monkeypatch.setattr(chainermn_comm, 'trace', fake, raising=False)
     monkeypatch.setattr(_schedule, 'RECHECK_FIRST', 12)
     monkeypatch.setattr(_schedule, 'RECHECK_EVERY', 10)
-    caplog.set_level(logging.INFO, logger='chainermn.tune')
+    caplog.set_level(logging.DEBUG, logger='chainermn.tune')
     fast = {'value': 'a'}
     tuner = _tune.Tuner(COMM, 'recheck', [('x', lambda c: _tune._first(c['x'], ('a', 'b')))], {'x': 'a'})
     tuner.record(0.0)
@@ -126,8 +126,10 @@ def test_rechecks_log_changes_once_and_trace(monkeypatch, caplog):
     assert _tune.SAMPLES == 3
     assert ends == [7, 18, 34], ends  # 1 + 3 x 2 calls; then from call 12, and 10 after the last end
     assert [h[2]['x'] for h in tuner.history] == ['a', 'b', 'b']
-    logged = [r.getMessage() for r in caplog.records if r.name == 'chainermn.tune']
-    if COMM.Get_rank() == 0:
+    logged = [r.getMessage() for r in caplog.records if r.name == 'chainermn.tune' and r.levelno == logging.DEBUG]
+    said = [r.getMessage() for r in caplog.records if r.name == 'chainermn.tune' and r.levelno == logging.INFO]
+    if COMM.Get_rank() == 0:   # one readable line per decision; the table at debug level
+        assert said == ['recheck: x a', 'recheck (changed): x b'], said
         assert len(logged) == 2 and 'x=a' in logged[0] and 'x=b' in logged[1], logged
         assert 'next check at call 12' in logged[0]
     else:
@@ -163,7 +165,7 @@ def test_a_schedule_ends_within_its_bound_and_never_times_a_loser_twice():
 
 
 def test_the_current_choice_is_not_timed_again_and_axes_without_calls_left_keep_theirs(caplog):
-    caplog.set_level(logging.INFO, logger='chainermn.tune')
+    caplog.set_level(logging.DEBUG, logger='chainermn.tune')
     axes = [(name, lambda c, n=name: _tune._first(c[n], ('p', 'q', 'r'))) for name in 'abcdef']
     tuner = _tune.Tuner(COMM, 'skip', axes, {n: 'p' for n in 'abcdef'})
     timed = []
@@ -172,7 +174,7 @@ def test_the_current_choice_is_not_timed_again_and_axes_without_calls_left_keep_
     # e and f would need 2 more each: no calls left, they keep 'p'.
     assert calls == 10 and len(timed) == 9 and timed.count({n: 'p' for n in 'abcdef'}) == 1
     assert sorted(tuner.history[0][1]) == ['a', 'b', 'c', 'd'] and tuner.choice == {n: 'p' for n in 'abcdef'}
-    logged = [r.getMessage() for r in caplog.records if r.name == 'chainermn.tune']
+    logged = [r.getMessage() for r in caplog.records if r.name == 'chainermn.tune' and r.levelno == logging.DEBUG]
     if COMM.Get_rank() == 0:
         assert len(logged) == 1 and '(10 calls)' in logged[0] and 'no calls left for: e, f' in logged[0]
 

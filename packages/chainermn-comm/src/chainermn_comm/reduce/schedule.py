@@ -46,7 +46,7 @@ import numpy
 
 from chainermn_comm._errors import CommunicationError
 
-__all__ = ['Tuner', 'label', 'SAMPLES', 'DROP', 'DROP_FIRST', 'MARGIN', 'MAX_CALLS', 'RECHECK_FIRST',
+__all__ = ['Tuner', 'label', 'decision', 'SAMPLES', 'DROP', 'DROP_FIRST', 'MARGIN', 'MAX_CALLS', 'RECHECK_FIRST',
            'RECHECK_EVERY']
 
 #: Calls timed per value of an axis, at most (one per round).
@@ -62,6 +62,42 @@ MAX_CALLS = 10
 #: The call at which the schedule first runs again, and the period after that.
 RECHECK_FIRST = 1000
 RECHECK_EVERY = 10000
+
+
+#: What a tuner's decision line calls the average it tuned (by the tuner's ``what``).
+_SUBJECTS = {'multi_node_mean_grad': 'gradient averaging',
+             'multi_node_mean_grad(overlap)': 'gradient averaging during backward (overlap)',
+             'multi_node_mean_grad(device)': 'gradient averaging on the GPUs',
+             'comm_hook auto': 'communication hook Auto'}
+
+
+def _size(value):
+    return label(value).replace('KiB', ' KiB').replace('MiB', ' MiB')
+
+
+def decision(what, choice, changed=False):
+    """Return the one line a user reads about a tuner's choice ('gradient averaging: float32, ...')."""
+    parts = []
+    for name, value in sorted(choice.items(), key=lambda kv: _ORDER.get(kv[0], len(_ORDER))):
+        if name == 'dtype':
+            parts.append(label(value))
+        elif name == 'shared':
+            parts.append('node-shared memory' if value else 'MPI messages')
+        elif name == 'shm_chunk':
+            if choice.get('shared', True):
+                parts.append('{} shared-memory chunks'.format(_size(value)))
+        elif name == 'chunk':
+            parts.append('{} MPI chunks'.format(_size(value)))
+        elif name == 'bucket':
+            parts.append('{} buckets'.format(_size(value)))
+        elif name == 'hook':
+            parts.append(label(value))
+        else:
+            parts.append('{} {}'.format(name, label(value)))
+    return '{}{}: {}'.format(_SUBJECTS.get(what, what), ' (changed)' if changed else '', ', '.join(parts))
+
+
+_ORDER = {'hook': 0, 'dtype': 1, 'mode': 2, 'shared': 3, 'shm_chunk': 4, 'chunk': 5, 'bucket': 6}
 
 
 def label(value):
@@ -282,7 +318,9 @@ class Tuner:
         figures = {axis: {k: round(v * 1e3, 3) for k, v in f.items()} for axis, f in self._figures.items()}
         if self.mpi_comm.Get_rank() == 0 and (previous is None or changed):
             from chainermn_comm.log import get_logger
-            get_logger('tune').info(
+            log = get_logger('tune')
+            log.info('%s', decision(self.what, self.choice, changed))   # the table: debug level
+            log.debug(
                 '%s tuned at call %d (%d calls): %s; ms per value (slowest rank, best of up to %d '
                 'calls): %s%s; next check at call %d', self.what, self.calls, self._used,
                 ', '.join('{}={}'.format(k, label(v)) for k, v in sorted(self.choice.items())),
