@@ -4,7 +4,7 @@ import functools
 
 import numpy
 
-from chainermn_comm import _arrays, _factory, _finalize, _topology, threads, trace
+from chainermn_comm import _arrays, _factory, _finalize, _topology, threads, trace, voice
 from chainermn_comm.reduce import dtypes as _dtypes
 from chainermn_comm.reduce import node_shared as _shm_reduce
 from chainermn_comm.reduce import wire as _wire
@@ -58,6 +58,8 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
         # Real host names for the straggler line (simulated nodes are named node0, node1, ...).
         hosts = None if _topology.simulated() else self._topology.hosts
         self._guard = CallGuard(mpi_comm, timeout=timeout, hosts=hosts)
+        #: How messages name this rank: 'rank W', on a sub-communicator with its own rank beside it.
+        self._me = voice.label(self._rank, self._guard.world_of)
         self._reducer = _shm_reduce.NodeReducer(mpi_comm, self._topology)
         self._averaging = self._make_averaging(MpiCommunicatorBase)
         #: Whether ``finalize`` frees ``mpi_comm`` (true for communicators made by ``split``).
@@ -105,20 +107,20 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
     # -- argument checks ----------------------------------------------------
     def _check_rank(self, value, what):
         if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)):
-            raise TypeError('rank {}: {} must be an int rank in [0, {}); got {!r}'.format(
-                self._rank, what, self._size, value))
+            raise TypeError('{}: {} must be an int rank in [0, {}); got {!r}'.format(
+                self._me, what, self._size, value))
         if not 0 <= int(value) < self._size:
-            raise ValueError('rank {}: {}={} is out of range; valid ranks are 0..{}'.format(
-                self._rank, what, value, self._size - 1))
+            raise ValueError('{}: {}={} is out of range; valid ranks are 0..{}'.format(
+                self._me, what, value, self._size - 1))
         return int(value)
 
     def _check_tag(self, tag):
         from mpi4py import MPI
         if isinstance(tag, bool) or not isinstance(tag, (int, numpy.integer)) or tag < 0:
-            raise ValueError('rank {}: tag must be a non-negative int; got {!r}'.format(self._rank, tag))
+            raise ValueError('{}: tag must be a non-negative int; got {!r}'.format(self._me, tag))
         ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
         if ub is not None and tag > ub:
-            raise ValueError('rank {}: tag {} exceeds MPI_TAG_UB={}'.format(self._rank, tag, ub))
+            raise ValueError('{}: tag {} exceeds MPI_TAG_UB={}'.format(self._me, tag, ub))
         return int(tag)
 
     def _root_arg(self, root):
@@ -145,23 +147,23 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
             return None
         if isinstance(max_buf_len, bool) or not isinstance(max_buf_len, (int, numpy.integer)) \
                 or max_buf_len <= 0:
-            return ValueError('rank {}: max_buf_len must be a positive int (bytes per piece) or '
-                              'None; got {!r}'.format(self._rank, max_buf_len))
+            return ValueError('{}: max_buf_len must be a positive int (bytes per piece) or '
+                              'None; got {!r}'.format(self._me, max_buf_len))
         return None
 
     def _host_array(self, x, what):
         """Return ``x`` as a contiguous host array or raise TypeError naming ``what``."""
         if _arrays.is_array(x):
             if x.dtype.hasobject:
-                raise TypeError('rank {}: {} cannot send arrays of dtype {} (they hold Python objects, '
+                raise TypeError('{}: {} cannot send arrays of dtype {} (they hold Python objects, '
                                 'shape {}); send Python objects with send_obj, bcast_obj, gather_obj or allgather_obj'.format(
-                                    self._rank, what, x.dtype, x.shape))
+                                    self._me, what, x.dtype, x.shape))
             _arrays.check_current_device(x, what, self._rank)
             return _arrays.as_host(x)
         if isinstance(x, (int, float, complex, numpy.number, numpy.bool_)):
             return numpy.asarray(x)
-        raise TypeError('rank {}: {} needs a numpy/cupy ndarray or a scalar; got {}'.format(
-            self._rank, what, _arrays.describe(x)))
+        raise TypeError('{}: {} needs a numpy/cupy ndarray or a scalar; got {}'.format(
+            self._me, what, _arrays.describe(x)))
 
     # -- point to point -----------------------------------------------------
     def send(self, data, dest, tag):
@@ -200,9 +202,9 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
         header = self._pkl.recv(source=source, tag=tag)
         if not isinstance(header, ArrayMessage):
             raise CommunicationError(
-                'rank {}: recv(source={}, tag={}) got a Python object sent by send_obj ({}); '
+                '{}: recv(source={}, tag={}) got a Python object sent by send_obj ({}); '
                 'receive it with recv_obj, or send arrays with send'.format(
-                    self._rank, source, tag, type(header).__name__))
+                    self._me, source, tag, type(header).__name__))
         return header
 
     def _recv_bytes(self, b, source, tag, spec):
@@ -214,9 +216,9 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
             got = status.Get_count(MPI.BYTE)
             if got != piece.size:
                 raise CommunicationError(
-                    'rank {}: recv from rank {} (tag {}) expected {} bytes for an array of shape {} '
+                    '{}: recv from rank {} (tag {}) expected {} bytes for an array of shape {} '
                     'dtype {} but got {}; sender and receiver are out of step'.format(
-                        self._rank, source, tag, piece.size, spec[0], spec[1], got))
+                        self._me, source, tag, piece.size, spec[0], spec[1], got))
 
     def recv_obj(self, source, status=None, tag=None):
         """Receive a picklable object from ``source``; ``tag`` None (or ``MPI.ANY_TAG``) takes any tag.
@@ -245,8 +247,8 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
                 for spec in obj.specs:
                     self._recv_bytes(_bytes(_empty(spec)), source, got_tag, spec)
             raise CommunicationError(
-                'rank {}: recv_obj(source={}, tag={}) got an array message sent by send; '
-                'receive it with recv'.format(self._rank, source, got_tag))
+                '{}: recv_obj(source={}, tag={}) got an array message sent by send; '
+                'receive it with recv'.format(self._me, source, got_tag))
         return obj
 
     # -- collectives on arrays ------------------------------------------------
@@ -283,9 +285,9 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
             shapes = {h for h in headers}
             if len(shapes) != 1:
                 raise ValueError(
-                    'rank {}: gather needs the same shape and dtype on every rank; got {}'.format(
-                        self._rank, ', '.join('rank {}: {} {}'.format(r, h[0], h[1])
-                                              for r, h in enumerate(headers))))
+                    '{}: gather needs the same shape and dtype on every rank; got {}'.format(
+                        self._me, ', '.join('{}: {} {}'.format(voice.label(r, self._guard.world_of),
+                                                                h[0], h[1]) for r, h in enumerate(headers))))
             if self._rank == root:
                 out = numpy.empty((self._size,) + tuple(host.shape), dtype=host.dtype)
                 self._mpi_comm.Gather(_bytes(host), _bytes(out), root=root)
@@ -321,12 +323,12 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
             if self._rank == root:
                 try:
                     if not isinstance(xs, (tuple, list)) and not (_arrays.is_array(xs) and xs.ndim > 0):
-                        raise TypeError('rank {}: scatter needs a tuple/list of arrays (or an array whose '
+                        raise TypeError('{}: scatter needs a tuple/list of arrays (or an array whose '
                                         'first axis has length {}) on root; got {}'.format(
-                                            self._rank, self._size, _arrays.describe(xs)))
+                                            self._me, self._size, _arrays.describe(xs)))
                     if len(xs) != self._size:
-                        raise TypeError('rank {}: scatter needs exactly {} items on root (one per rank); '
-                                        'got {}'.format(self._rank, self._size, len(xs)))
+                        raise TypeError('{}: scatter needs exactly {} items on root (one per rank); '
+                                        'got {}'.format(self._me, self._size, len(xs)))
                     hosts = [self._host_array(x, 'scatter') for x in xs]
                     items = xs if isinstance(xs, (tuple, list)) else [xs]
                     header = ([_spec(h) for h in hosts], all(_arrays.is_device(x) for x in items))
@@ -348,11 +350,11 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
         with self._guard('alltoall', ()):
             try:
                 if not isinstance(xs, (tuple, list)):
-                    raise TypeError('rank {}: alltoall needs a tuple/list of {} arrays; got {}'.format(
-                        self._rank, self._size, _arrays.describe(xs)))
+                    raise TypeError('{}: alltoall needs a tuple/list of {} arrays; got {}'.format(
+                        self._me, self._size, _arrays.describe(xs)))
                 if len(xs) != self._size:
-                    raise TypeError('rank {}: alltoall needs exactly {} arrays (one per rank); got {}'.format(
-                        self._rank, self._size, len(xs)))
+                    raise TypeError('{}: alltoall needs exactly {} arrays (one per rank); got {}'.format(
+                        self._me, self._size, len(xs)))
                 hosts = [self._host_array(x, 'alltoall') for x in xs]
                 mine = [_spec(h) for h in hosts]
             except TypeError as e:
@@ -407,8 +409,8 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
     def allreduce_obj(self, obj, op='sum'):
         problem = None
         if op not in _OBJ_OPS:
-            problem = ValueError('rank {}: unsupported allreduce_obj op {!r}; use one of {}'.format(
-                self._rank, op, ', '.join(sorted(_OBJ_OPS))))
+            problem = ValueError('{}: unsupported allreduce_obj op {!r}; use one of {}'.format(
+                self._me, op, ', '.join(sorted(_OBJ_OPS))))
         pickled, bad = self._prepickle(obj, 'allreduce_obj(op={!r})'.format(op))
         with self._guard('allreduce_obj', (('op', op),), problem=problem or bad):
             objs = self._pkl.allgather(pickled)
