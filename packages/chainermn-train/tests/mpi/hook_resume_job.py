@@ -54,7 +54,10 @@ def main(out, stop):
     opt.setup(model)
     updater = chainer.training.StandardUpdater(it, opt)
     trainer = chainer.training.Trainer(updater, (int(stop), 'iteration'), out=out)
-    cp = chainermn.create_multi_node_checkpointer('job', comm, path=os.path.join(out, 'cp'))
+    # Synchronous: the test reads the snapshot of iteration 8 after a kill at 10 (a background
+    # write of it may still be in flight then; background saves: test_background_checkpoint_mpi).
+    cp = chainermn.create_multi_node_checkpointer('job', comm, path=os.path.join(out, 'cp'),
+                                                  background=False)
     trainer.extend(cp, trigger=(4, 'iteration'))
 
     @chainer.training.make_extension(trigger=(1, 'iteration'), priority=0)
