@@ -95,8 +95,11 @@ def main():
     updater = DataParallelUpdater(it, optimizer, comm)
     trainer = training.Trainer(updater, (args.iterations, 'iteration'), out=args.workdir)
 
+    # Synchronous: the tests read which generations exist right after a kill at the gate
+    # (background saves and their kill points: test_background_checkpoint_mpi).
     checkpointer = chainermn_train.create_multi_node_checkpointer(
-        'faultrun', comm, cp_interval=20, gc_interval=20, path=os.path.join(args.workdir, 'ckpt'))
+        'faultrun', comm, cp_interval=20, gc_interval=20, path=os.path.join(args.workdir, 'ckpt'),
+        background=False)
     trainer.extend(checkpointer, trigger=(args.cp_every, 'iteration'))
     handler = preemption.install(trainer, checkpointer, comm)
     gated = None if args.gate_ranks is None else {int(r) for r in args.gate_ranks.split(',')}
