@@ -24,7 +24,7 @@ class Model(chainer.Link):
 
 
 def write(comm, path, arm):
-    cp = create_multi_node_checkpointer('k', comm, path=path, cp_interval=1, gc_interval=1)
+    cp = create_multi_node_checkpointer('k', comm, path=path, cp_interval=1, gc_interval=1, background=True)
     model = Model()
     for it in (5, 10):
         cp.settle()
@@ -42,7 +42,7 @@ def write(comm, path, arm):
 
 def resume(comm, path):
     complete15 = all(os.path.exists(os.path.join(path, 'k.{}.15'.format(r))) for r in range(comm.size))
-    cp = create_multi_node_checkpointer('k', comm, path=path, cp_interval=1, gc_interval=1)
+    cp = create_multi_node_checkpointer('k', comm, path=path, cp_interval=1, gc_interval=1, background=True)
     model = Model()
     got = cp.maybe_load(model)
     want = 15 if complete15 else 10

@@ -50,7 +50,7 @@ def _resumed(path, **kw):
 
 
 def test_the_copy_taken_at_the_save_is_written_while_training_goes_on(path):
-    cp = create_multi_node_checkpointer('bg', comm, path=path)
+    cp = create_multi_node_checkpointer('bg', comm, path=path, background=True)
     assert cp.background
     model = Model()
     for it in (1, 2, 3):
@@ -74,7 +74,7 @@ def test_the_copy_taken_at_the_save_is_written_while_training_goes_on(path):
 
 
 def test_the_next_save_waits_for_the_write_in_flight(path):
-    cp = create_multi_node_checkpointer('bg', comm, path=path)
+    cp = create_multi_node_checkpointer('bg', comm, path=path, background=True)
     model = Model(1.0)
     cp.save(model, iteration=1)
     assert cp._flight.busy or cp.get_stats()['saves'] == 0
@@ -94,7 +94,7 @@ def test_the_next_save_waits_for_the_write_in_flight(path):
 
 
 def test_a_failing_write_is_reported_once_and_training_goes_on(path):
-    cp = create_multi_node_checkpointer('bg', comm, path=path, cp_interval=1, gc_interval=1)
+    cp = create_multi_node_checkpointer('bg', comm, path=path, cp_interval=1, gc_interval=1, background=True)
     model = Model(5.0)
     cp.save(model, iteration=5)
     assert cp.settle() == 5
@@ -133,7 +133,7 @@ def test_a_failing_write_is_reported_once_and_training_goes_on(path):
 
 
 def test_a_directory_replaced_by_a_file_fails_the_save_not_the_job(path):
-    cp = create_multi_node_checkpointer('bg', comm, path=path)
+    cp = create_multi_node_checkpointer('bg', comm, path=path, background=True)
     model = Model(1.0)
     cp.save(model, iteration=1)
     assert cp.settle() == 1
@@ -165,7 +165,7 @@ def test_a_directory_replaced_by_a_file_fails_the_save_not_the_job(path):
 
 @pytest.mark.skipif(comm.size < 2, reason='needs a rank that did not write')
 def test_an_incomplete_generation_is_never_loaded_and_is_removed(path):
-    cp = create_multi_node_checkpointer('bg', comm, path=path)
+    cp = create_multi_node_checkpointer('bg', comm, path=path, background=True)
     model = Model(4.0)
     cp.save(model, iteration=4)
     assert cp.settle() == 4
@@ -191,7 +191,7 @@ def test_synchronous_writes_are_there_when_save_returns(path):
 
 
 def test_finalize_after_an_error_on_one_rank_waits_for_its_write_alone(path):
-    cp = create_multi_node_checkpointer('bg', comm, path=path)
+    cp = create_multi_node_checkpointer('bg', comm, path=path, background=True)
     model = Model(6.0)
     fn = cp.save(model, iteration=6)
     if comm.rank == comm.size - 1:   # this rank alone met an error: no collective from here
@@ -202,7 +202,7 @@ def test_finalize_after_an_error_on_one_rank_waits_for_its_write_alone(path):
 
 
 def test_a_write_that_does_not_finish_in_time_is_reported_not_dropped(path):
-    cp = create_multi_node_checkpointer('bg', comm, path=path, write_timeout=0.2)
+    cp = create_multi_node_checkpointer('bg', comm, path=path, write_timeout=0.2, background=True)
     model = Model(7.0)
     slow = comm.size - 1
     release = threading.Event()

@@ -96,7 +96,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     priority = chainer.training.PRIORITY_READER  # after every other extension updated its state
 
     def __init__(self, name, comm, cp_interval=5, gc_interval=5, path=None, allow_pickle=None,
-                 allow_shared=None, background=True, write_timeout=600.0):
+                 allow_shared=None, background=False, write_timeout=600.0):
         if not isinstance(name, str) or not name or os.sep in name or (os.altsep and os.altsep in name):
             raise ValueError('checkpointer name must be a non-empty string without path separators; '
                              'got {!r}'.format(name))
@@ -431,12 +431,12 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
 
 def create_multi_node_checkpointer(name, comm, cp_interval=5, gc_interval=5, path=None,
-                                   allow_pickle=None, allow_shared=None, background=True,
+                                   allow_pickle=None, allow_shared=None, background=False,
                                    write_timeout=600.0):
     """Create a multi-node checkpointer (snapshots ``<name>.<rank>.<iteration>`` under ``path``).
 
-    Collective.  ``background=True`` (default) writes each snapshot from a background thread
-    while training goes on; ``background=False`` writes it before ``save`` returns.
+    Collective.  ``background=True`` writes each snapshot from a background thread while
+    training goes on; ``background=False`` (default) writes it before ``save`` returns.
     ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you trust);
     None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts a
     directory other users can write (only one you really share); None: ``$CHAINERMN_TRUST_SHARED``.
