@@ -139,7 +139,7 @@ def _our_contenders(link, keep=lambda name: True, comms=None):
 
 def _tuner_of(comm):
     """Return the Tuner of ``comm``'s plain gradient average (None before its first call)."""
-    tuned = comm.__dict__.get('_tuned')
+    tuned = getattr(comm, '_tuned', None)
     return None if tuned is None else tuned.tuning.tuner
 
 
@@ -193,7 +193,7 @@ def _precision(comm, link, comms, cont):
         cont[name]()
         num = sum(float(((p.grad - e) ** 2).sum()) for p, e in zip(grads, exact))
         den = sum(float((e ** 2).sum()) for e in exact)
-        tuned = comms[name].__dict__.get('_tuned') if name in comms else None
+        tuned = getattr(comms[name], '_tuned', None) if name in comms else None
         wire = WIRES[name] if name in WIRES else tuned.dtype if tuned is not None else None
         out[name] = {'rel_error_2norm': (num / den) ** 0.5 if den else 0.0, 'wire': _label(wire)}
     return out

@@ -111,10 +111,11 @@ def _still_tuning(obj):
     tuning = getattr(obj, 'tuning', None)  # a BackwardOverlap's OverlapTuning
     if tuning is not None:
         return tuning.active and (tuning.tuner is None or tuning.tuner.tuning)
-    tuned = obj.__dict__.get('_tuned')  # a communicator's TunedMean, made at its first average
+    tuned = getattr(obj, '_tuned', None)  # a communicator's TunedMean, made at its first average
     if tuned is None:
         return True
-    return tuned._active and (tuned.tuning.tuner is None or tuned.tuning.tuner.tuning)
+    active = getattr(tuned, 'active', getattr(tuned, '_active', False))   # '_active' before 2026-11-28
+    return active and (tuned.tuning.tuner is None or tuned.tuning.tuner.tuning)
 
 
 def worker(args):

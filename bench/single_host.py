@@ -108,13 +108,13 @@ def _worker(args):
         ours.multi_node_mean_grad(link)
         t_tune += comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         tuning += 1
-        tuned = ours.__dict__.get('_tuned')
+        tuned = getattr(ours, '_tuned', None)
         if tuned is None or tuned.tuning.tuner is None or not tuned.tuning.tuner.tuning:
             break
     for n, fn in cont.items():
         for _ in range(tuning if n.startswith('old_') else 0):
             fn()
-    tuner = ours.__dict__['_tuned'].tuning.tuner if ours.__dict__.get('_tuned') else None
+    tuner = ours._tuned.tuning.tuner if getattr(ours, '_tuned', None) else None
     names = sorted(cont)
     times = {n: [] for n in names}
     faults = {n: [] for n in names}

@@ -68,7 +68,7 @@ def _worker(args):
             times = []
             while len(times) < 60:
                 times.append(timed(c))
-                tuned = c.__dict__.get('_tuned')
+                tuned = getattr(c, '_tuned', None)
                 tuner = tuned.tuning.tuner if tuned is not None else None
                 if tuner is None or not tuner.tuning:
                     break

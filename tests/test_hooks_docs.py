@@ -34,6 +34,6 @@ def test_meta_package_exposes_the_hooks_and_the_argument():
     for name in chainermn_comm.hooks.__all__:
         assert getattr(chainermn.hooks, name) is getattr(chainermn_comm.hooks, name), name
     sig = str(inspect.signature(chainermn.create_multi_node_optimizer))
-    # The documented arguments unchanged, comm_hook added last with a default.
+    # The documented arguments unchanged, comm_hook and shard_state added last with defaults.
     assert sig == ('(actual_optimizer, communicator, double_buffering=False, zero_fill=True, '
-                   'overlap=False, check_finite=None, comm_hook=None)'), sig
+                   'overlap=False, check_finite=None, comm_hook=None, shard_state=False)'), sig

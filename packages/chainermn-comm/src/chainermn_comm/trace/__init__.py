@@ -33,7 +33,7 @@ ON = False
 #: The recording clock: ``time.perf_counter_ns`` (converted to rank 0's wall clock when written).
 now = time.perf_counter_ns
 
-_tracer = None
+_current = None
 _start_lock = threading.Lock()
 
 
@@ -44,19 +44,19 @@ def enabled():
 
 def directory():
     """Return the directory the trace is written to, or None when not tracing."""
-    return None if _tracer is None else _tracer.directory
+    return None if _current is None else _current.directory
 
 
 def record(name, cat, start_ns, end_ns, args=None):
     """Record one complete event of the calling thread from ``start_ns`` to ``end_ns`` (:func:`now`)."""
-    t = _tracer
+    t = _current
     if ON and t is not None:
         t.ring.add(('X', name, cat, start_ns, end_ns, t.ring.tid(), args))
 
 
 def instant(name, cat, args=None):
     """Record an instant event ("ph": "i") on the calling thread."""
-    t = _tracer
+    t = _current
     if ON and t is not None:
         stamp = now()
         t.ring.add(('i', name, cat, stamp, stamp, t.ring.tid(), args))
@@ -97,8 +97,8 @@ def span(name, cat, **args):
 
 def set_thread_name(name):
     """Name the calling thread's track (the main thread is "main"; the overlap thread "overlap")."""
-    if ON and _tracer is not None:
-        _tracer.ring.name_thread(name)
+    if ON and _current is not None:
+        _current.ring.name_thread(name)
 
 
 def begin(device=False):
@@ -111,7 +111,7 @@ def begin(device=False):
     if not ON:
         return None
     if device:
-        return ('device', _tracer.device.begin())
+        return ('device', _current.device.begin())
     return now()
 
 
@@ -121,7 +121,7 @@ def end(token, name, cat, args=None, track=None):
     ``track`` puts the event on a named track of its own instead of the calling thread's
     (e.g. buckets averaged on a side CUDA stream).
     """
-    t = _tracer
+    t = _current
     if token is None or t is None or not ON:
         return
     tid = t.ring.tid() if track is None else t.ring.track(track)
@@ -134,7 +134,7 @@ def end(token, name, cat, args=None, track=None):
 
 def flush(reason='exit'):
     """Write this rank's part file and merge the parts (idempotent); return trace.json's path or None."""
-    t = _tracer
+    t = _current
     if t is None:
         return None
     return t.flush(reason)
@@ -155,25 +155,25 @@ def communicator_created(mpi_comm):
     The clock offset against rank 0 is estimated at the first communicator that spans
     ``MPI.COMM_WORLD`` (collective there); a job whose communicators all span less keeps offset 0.
     """
-    global ON, _tracer
-    if _tracer is not None and _tracer.run is not None:
+    global ON, _current
+    if _current is not None and _current.run is not None:
         return
     where = settings.read(TRACE_ENV)
     if not where:
         return
     from mpi4py import MPI
     world = MPI.COMM_WORLD
-    if _tracer is None:
+    if _current is None:
         _refuse_bad_directory(mpi_comm, where)
     with _start_lock:
-        if _tracer is None:
+        if _current is None:
             from chainermn_comm.trace._tracer import Tracer
-            _tracer = Tracer(where, settings.read(TRACE_EVENTS_ENV), world.Get_rank(),
+            _current = Tracer(where, settings.read(TRACE_EVENTS_ENV), world.Get_rank(),
                              world.Get_size(), MPI.Get_processor_name())
             _install_exit_handlers()
             ON = True
-    if _tracer.run is None and MPI.Comm.Compare(mpi_comm, world) in (MPI.IDENT, MPI.CONGRUENT):
-        _tracer.start_clock(world)
+    if _current.run is None and MPI.Comm.Compare(mpi_comm, world) in (MPI.IDENT, MPI.CONGRUENT):
+        _current.start_clock(world)
 
 
 def _refuse_bad_directory(mpi_comm, where):

@@ -165,6 +165,8 @@ def settle(ckpt):
     (naming the ranks and why), counted, and the files the other ranks wrote of it are
     removed: the newest complete generation stays and the next save tries again.
     """
+    if not ckpt.background:
+        return   # synchronous saves: each was durable (or raised) before save returned
     drain(ckpt)
     mine = [(o.iteration, o.ok, o.why()) for o in ckpt._pending]
     ckpt._pending = []
