@@ -62,6 +62,11 @@ def hook_stats(report):
     return out
 
 
+def _ms(value):
+    """Return milliseconds as written in the report: 0.1 ms steps, 3 decimals below 1 ms (tiny models)."""
+    return '{:.1f}'.format(value) if value >= 1 else '{:.3f}'.format(value)
+
+
 def hook_lines(report):
     """Return one line per hook for the text report (none when no average used a hook)."""
     lines = []
@@ -69,10 +74,10 @@ def hook_lines(report):
         text = 'comm hook {}: {} rank-iterations; gradient {:.3g} MB per iteration'.format(
             h.hook, h.iterations, h.grad_bytes / 1e6)
         if h.compute_ms or h.parts:
-            text += '; hook compute {:.1f} ms ({})'.format(h.compute_ms, ', '.join(
-                '{} {:.1f}'.format(k, v) for k, v in h.parts.items()))
+            text += '; hook compute {} ms ({})'.format(_ms(h.compute_ms), ', '.join(
+                '{} {}'.format(k, _ms(v)) for k, v in h.parts.items()))
         if h.wire_bytes:
-            text += '; its all-reduces {:.1f} ms, {:.3g} MB ({:.1%} of the gradient)'.format(
-                h.wire_ms, h.wire_bytes / 1e6, h.wire_bytes / h.grad_bytes if h.grad_bytes else 0.0)
+            text += '; its all-reduces {} ms, {:.3g} MB ({:.1%} of the gradient)'.format(
+                _ms(h.wire_ms), h.wire_bytes / 1e6, h.wire_bytes / h.grad_bytes if h.grad_bytes else 0.0)
         lines.append(text + ' (medians per iteration over all ranks)')
     return lines
