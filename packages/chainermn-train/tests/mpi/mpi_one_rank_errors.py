@@ -132,9 +132,9 @@ def test_checkpoint_save_error_on_one_rank_raises_there_only(comm):
             assert os.path.basename(cp.save(model, iteration=1)) == 'run.{}.1'.format(comm.rank)
         _all_ranks_still_in_step(comm)
         assert model.l.W.array.tolist() == numpy.ones((1, 2)).tolist()
-        # In the background (the default) the failing rank's save returns None and raises
+        # In the background (background=True) the failing rank's save returns None and raises
         # nothing; the failure waits for the next agreement, which every rank calls.
-        bg = create_multi_node_checkpointer('bg', comm, path=path)
+        bg = create_multi_node_checkpointer('bg', comm, path=path, background=True)
         if comm.rank == failing:
             bg._readiness_problem = lambda: PermissionError(
                 'rank {}: cannot write {}'.format(comm.rank, path))
