@@ -122,7 +122,11 @@ def test_same_as_unsharded_and_bitwise_on_every_rank(kind, config):
     got, opt = train(kind, config, True)
     for (n, a), (_, b) in zip(sorted(ref.namedparams()), sorted(got.namedparams())):
         scale = max(1e-3, float(numpy.abs(a.array).max()) if a.array.size else 1.0)
-        numpy.testing.assert_allclose(b.array, a.array, rtol=1e-6, atol=1e-6 * scale, err_msg=n)
+        # GradientLARS and Lasso scale each step by norms and signs, which turn the last-bit
+        # differences of another summation order (reduce-scatter vs all-reduce) into a few ulps
+        # more per update: 1e-5 there (seen 2.5e-6 on NumPy 2 at 2x2 nodes), 1e-6 elsewhere.
+        tol = 1e-5 if config == 'sgd_hooks' else 1e-6
+        numpy.testing.assert_allclose(b.array, a.array, rtol=tol, atol=tol * scale, err_msg=n)
     assert len(set(c.allgather_obj(digest(got)))) == 1
     assert opt.t == ref_opt.t == 30 and opt.epoch == ref_opt.epoch == 1
     assert c.allgather_obj((opt.t, opt.epoch)) == [(30, 1)] * c.size
