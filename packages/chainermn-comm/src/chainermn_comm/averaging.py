@@ -309,8 +309,7 @@ class ModelAverage:
             if p.grad is None:
                 if not zero_fill:
                     continue
-                xp = p.device.xp if hasattr(p, 'device') else numpy
-                p.grad = xp.zeros_like(p.array)
+                _grad.zero_grad(p)
             kept.append(p)
             kept_names.append(n)
         return kept, kept_names

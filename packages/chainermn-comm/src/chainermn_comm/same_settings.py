@@ -10,7 +10,7 @@ which works whatever the settings are; a difference raises ``ValueError`` on eve
 together (rank 0 reports it), naming each variable, the ranks and their values.
 """
 
-from chainermn_comm import settings, voice
+from chainermn_comm import settings, threads, voice
 from chainermn_comm.protocol import AGREED_VARIABLES, VARIABLES
 
 __all__ = ['WIRE', 'values', 'differences', 'agree']
@@ -67,14 +67,7 @@ def _text(value):
 def _ranks(ranks):
     if len(ranks) == 1:
         return 'rank {}'.format(ranks[0])
-    parts, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts.append(str(ranks[i]) if i == j else '{}-{}'.format(ranks[i], ranks[j]))
-        i = j + 1
-    return 'ranks ' + ','.join(parts)
+    return 'ranks ' + threads.spans(ranks)
 
 
 def differences(everyone):

@@ -41,7 +41,7 @@ from chainermn_comm import process, settings
 from chainermn_comm.protocol import PROCESS_WIDE_ENV, THREADS_CHOSEN_ENV, THREADS_ENV
 
 __all__ = ['POOL_VARIABLES', 'LOCAL_SIZE_VARIABLES', 'CpuFacts', 'ThreadChoice', 'local_facts',
-           'launcher_local_size', 'cpu_list', 'decide',
+           'launcher_local_size', 'spans', 'cpu_list', 'decide',
            'oversubscription', 'size_thread_pools', 'current', 'pools']
 
 #: The variables through which a user sizes the pools (and which chainermn exports when unset).
@@ -131,17 +131,22 @@ def launcher_local_size(environ=None):
     return None
 
 
-def cpu_list(mask):
-    """Return the CPUs of a mask as ``'0-3,8'``."""
-    cpus = [c for c in range(mask.bit_length()) if mask >> c & 1]
+def spans(numbers):
+    """Return sorted distinct ints as ``'0-3,8'`` (CPUs, ranks)."""
+    numbers = sorted(set(numbers))
     out, i = [], 0
-    while i < len(cpus):
+    while i < len(numbers):
         j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
             j += 1
-        out.append(str(cpus[i]) if i == j else '{}-{}'.format(cpus[i], cpus[j]))
+        out.append(str(numbers[i]) if i == j else '{}-{}'.format(numbers[i], numbers[j]))
         i = j + 1
     return ','.join(out)
+
+
+def cpu_list(mask):
+    """Return the CPUs of a mask as ``'0-3,8'``."""
+    return spans(c for c in range(mask.bit_length()) if mask >> c & 1)
 
 
 def _usable(f, mask=None):
@@ -231,7 +236,7 @@ def oversubscription(facts):
 
 
 def _ranges(ranks):
-    return cpu_list(sum(1 << r for r in ranks))
+    return spans(ranks)
 
 
 def _speaker(facts):

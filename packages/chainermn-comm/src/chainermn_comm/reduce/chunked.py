@@ -21,7 +21,7 @@ from chainermn_comm.protocol import CHUNK_BYTES_ENV, DIRECT_BYTES_ENV
 
 __all__ = ['ChunkedReducer', 'reduction_key', 'DTYPE_CODES', 'REDUCTION_KEYS', 'collect_params', 'params_key', 'params_signature',
            'DEFAULT_CHUNK_BYTES', 'CHUNK_CHOICES', 'LOSSY_CHUNK_CHOICES', 'CHUNK_ENV',
-           'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV']
+           'DEFAULT_DIRECT_BYTES', 'DIRECT_ENV', 'zero_grad']
 
 CHUNK_ENV = CHUNK_BYTES_ENV
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
@@ -52,10 +52,15 @@ def collect_params(model, zero_fill):
         if param.grad is None:
             if not zero_fill:
                 continue
-            xp = param.device.xp if hasattr(param, 'device') else numpy
-            param.grad = xp.zeros_like(param.array)
+            zero_grad(param)
         params.append(param)
     return params
+
+
+def zero_grad(param):
+    """Give ``param`` a zero gradient on its own device (``zero_fill``: every rank reduces the same arrays)."""
+    xp = param.device.xp if hasattr(param, 'device') else numpy
+    param.grad = xp.zeros_like(param.array)
 
 
 def params_key(params, attr):
