@@ -64,7 +64,7 @@ def main():
     # The job still works: an average, then the end (the exit notice needs no wrapper).
     assert comm.allreduce_obj(comm.rank) == comm.size * (comm.size - 1) // 2
     comm.finalize()
-    print('PROCESS-CHECKED', MODE, comm.rank, flush=True)
+    print('PROCESS-CHECKED {} {}'.format(MODE, comm.rank), flush=True)   # one write: ranks share the pipe
 
 
 main()

@@ -276,8 +276,12 @@ def _loop(args, command, base, env, read_hosts, source, after_attempt, progress)
         if failure is not None:
             redone = ''
             if reached is not None:
+                # the attempt saved the generation it is loaded from, so it reached at least that
+                # iteration, even when it died before rank 0 reported the iteration (the status file
+                # is written after the snapshot)
+                reached_at = max(reached, att.generation or 0)
                 redone = '; {} iteration(s) redone (the failed attempt reached iteration {})'.format(
-                    reached - (att.generation or 0), reached)
+                    reached_at - (att.generation or 0), reached_at)
             if att.first_iteration_at is not None:
                 _log('restart {}: generation {} loaded{}; training again {:.1f} s after the failure '
                      '(first iteration at unix time {:.3f})'.format(
