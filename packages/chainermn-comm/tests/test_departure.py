@@ -85,6 +85,13 @@ BODY
     ('sys.exit(3)', 3, 'exited with status 3', 3),
     ('sys.exit()', 0, 'exited with status 0', 0),
     ("raise ValueError('bad\\nsecond line')", 1, 'exited with status 1 (uncaught ValueError: bad)', None),
+    ('raise SystemExit(5)', 5, 'exited with status 5', 5),
+    ('def f():\n    raise SystemExit(4)\nf()',) + (
+        (4, 'exited with status 4', 4) if hasattr(sys, 'monitoring') else
+        (None, 'exited (by a SystemExit whose status Python 3.11 cannot tell: '
+               'sys.exit(n) keeps it)', None)),
+    ('def f():\n    try:\n        raise SystemExit(4)\n    except SystemExit:\n        pass\nf()', None,
+     'ended (its program returned)', None),
 ])
 def test_leaving_says_how_the_program_ends(body, status, why, called):
     res = subprocess.run([sys.executable, '-c', LEAVING.replace('BODY', body)], stderr=subprocess.PIPE,

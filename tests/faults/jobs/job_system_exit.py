@@ -1,6 +1,6 @@
 """Fault job (issue 55): the last rank ends with ``raise SystemExit(3)`` or the builtin ``exit(3)``.
 
-Usage: job_system_exit.py raise|builtin|builtin_in_function [hook]
+Usage: job_system_exit.py raise|builtin|builtin_in_function|raise_in_function [hook]
 
 Module-level code, as a short script is written: after three all-reduces the last rank ends
 while the others make one more all-reduce.  ``hook``: the global except hook is installed.
@@ -26,6 +26,10 @@ def leave():
     exit(3)
 
 
+def leave_by_raising():
+    raise SystemExit(3)
+
+
 if comm.rank == comm.size - 1:
     sys.stderr.write('FAULT-LEAVE-AT={:.6f} rank={}\n'.format(time.time(), comm.rank))
     sys.stderr.flush()
@@ -33,6 +37,8 @@ if comm.rank == comm.size - 1:
         raise SystemExit(3)
     if MODE == 'builtin':
         exit(3)
+    if MODE == 'raise_in_function':
+        leave_by_raising()
     leave()
 comm.allreduce(x)
 print('job ran to the end')

@@ -5,8 +5,11 @@ leaves ``sys.last_value`` behind (the interpreter sets it as it prints the trace
 ``SystemExit`` leaves nothing.  So :func:`install` wraps ``sys.exit`` and the builtin ``exit`` and
 ``quit`` to note the status they are called with (and changes nothing else), and keeps the main
 module's frame: a ``raise SystemExit(n)`` (``n`` a constant or none) that ended it is read from the
-statement it stopped at.  A ``SystemExit`` raised directly elsewhere (inside a function) with a
-status that is not a constant in that statement reads as a program that returned.
+statement it stopped at.  On Python 3.12+ a ``SystemExit`` raised anywhere else (inside a function,
+any status) is seen as it leaves the main module (``sys.monitoring``'s ``PY_UNWIND`` event, one
+callback per frame an exception unwinds, nothing on the normal path).  Python 3.11 has no such
+event: there a ``SystemExit`` raised directly inside a function reads as an exit whose status is
+unknown (``sys.exit(n)`` keeps it).
 """
 
 import builtins
@@ -21,8 +24,12 @@ __all__ = ['install', 'leaving', 'exit_called', 'status_of', 'abort_for', 'forke
 _lock = threading.Lock()
 #: ``abort``: what ends the job at exit after a non-zero ``sys.exit`` (the global except hook's).
 #: ``pid``: the process that installed the wrapper (made a communicator or added the hook).
+#: ``raised``: ``(code,)`` of the SystemExit that left the main module (Python 3.12+), else None.
 _state = {'original': None, 'code': None, 'called': False, 'abort': None, 'pid': None,
-          'main': None}
+          'main': None, 'raised': None}
+#: sys.monitoring tool ids tried for the PY_UNWIND watch (0-2 and 5 are the debugger's, coverage's,
+#: profiler's and optimizer's).
+_TOOL_IDS = (3, 4)
 
 
 def status_of(code):
@@ -93,6 +100,41 @@ def _raised_at_main():
     return False, None
 
 
+def _watch_unwind(main):
+    """On Python 3.12+, note the code of a SystemExit that unwinds the main module's frame ``main``."""
+    monitoring = getattr(sys, 'monitoring', None)
+    if monitoring is None or main is None:
+        return
+    code = main.f_code
+    for tool in _TOOL_IDS:
+        try:
+            monitoring.use_tool_id(tool, 'chainermn exit status')
+        except ValueError:   # taken by another tool
+            continue
+        break
+    else:
+        return
+
+    def unwound(unwound_code, offset, exc):
+        if unwound_code is code and isinstance(exc, SystemExit):
+            _state['raised'] = (exc.code,)
+
+    monitoring.register_callback(tool, monitoring.events.PY_UNWIND, unwound)
+    monitoring.set_events(tool, monitoring.get_events(tool) | monitoring.events.PY_UNWIND)
+
+
+def _ended_mid_statement():
+    """Return whether the main module stopped before its end (a call it made raised), on Python < 3.12."""
+    frame = _state['main']
+    if frame is None or getattr(sys, 'monitoring', None) is not None:
+        return False
+    try:   # f_lasti may point into a call's inline cache, which is no instruction of its own
+        return not any(ins.offset == frame.f_lasti and ins.opname in ('RETURN_VALUE', 'RETURN_CONST')
+                       for ins in dis.get_instructions(frame.f_code))
+    except Exception:
+        return False
+
+
 def install(abort=None):
     """Wrap ``sys.exit`` once, so that :func:`leaving` knows the status of a ``sys.exit(n)``.
 
@@ -112,6 +154,7 @@ def install(abort=None):
                 if original is not None and not isinstance(original, _Quitter):
                     setattr(builtins, name, _Quitter(original))
             _state['main'] = _main_frame()
+            _watch_unwind(_state['main'])
 
 
 def note_process():
@@ -136,6 +179,8 @@ def abort_for(status):
 def exit_called():
     """Return the status the main thread's last ``sys.exit`` (or builtin ``exit``) was called with,
     or that the main module's ``raise SystemExit(n)`` gives, or None (neither happened)."""
+    if _state['raised'] is not None:   # what left the main module is what ends the program
+        return status_of(_state['raised'][0])
     if _state['called']:
         return status_of(_state['code'])
     raised, code = _raised_at_main()
@@ -151,7 +196,8 @@ def leaving():
     """Return (status or None when unknown, why) of this process's end; call it at exit.
 
     ``why`` reads after a rank and host: 'exited with status 3', 'exited with status 1 (uncaught
-    ValueError: ...)', 'ended (its program returned)'.
+    ValueError: ...)', 'ended (its program returned)', and on Python 3.11 'exited (a SystemExit raised
+    inside a function; ...)' (status None).
     """
     exc = getattr(sys, 'last_value', None)
     if exc is not None and not isinstance(exc, SystemExit):
@@ -165,4 +211,7 @@ def leaving():
     status = exit_called()
     if status is not None:
         return status, 'exited with status {}'.format(status)
+    if _ended_mid_statement():
+        return None, 'exited (by a SystemExit whose status Python 3.11 cannot tell: ' \
+                     'sys.exit(n) keeps it)'
     return None, 'ended (its program returned)'
