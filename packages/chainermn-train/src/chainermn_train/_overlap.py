@@ -123,7 +123,8 @@ class BackwardOverlap:
         #: Parameters whose gradient was averaged while backward was still running, last call.
         self.early_params = 0
         #: Chooses mode, bucket size, reducer knobs and ('auto') the wire by timing updates.
-        self.tuning = _overlap_tune.OverlapTuning(self, bucket_pinned)
+        self.tuning = _overlap_tune.OverlapTuning(self, self._mpi_comm, self._reducer, self._hook_run,
+                                                   bucket_pinned)
 
     def set_mode(self, mode):
         """Average host buckets in ``mode`` ('thread', 'inline' or 'end') from the next call on."""

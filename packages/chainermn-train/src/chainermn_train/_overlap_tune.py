@@ -24,19 +24,20 @@ BUCKET_CHOICES = (1 << 20, 4 << 20, 16 << 20)
 class OverlapTuning:
     """The tuner of one :class:`~chainermn_train._overlap.BackwardOverlap` (host gradients)."""
 
-    def __init__(self, overlap, bucket_pinned):
-        self.overlap = overlap
+    def __init__(self, overlap, mpi_comm, reducer, hook_run, bucket_pinned):
+        """Tune ``overlap`` (its mode, bucket size and wire), which averages on ``mpi_comm`` through ``reducer``."""
+        self.overlap, self.reducer = overlap, reducer
         self.grad_dtype = overlap.wire  # the communicator's allreduce_grad_dtype, or a built-in hook's
         knobs = engine.knobs_tunable()
         self.bucket_pinned = bucket_pinned or not knobs
         self.mode_pinned = settings.is_set(protocol.OVERLAP_MODE_ENV) or not knobs
-        self.active = overlap._mpi_comm.Get_size() > 1 and not overlap._hook_run and (
+        self.active = mpi_comm.Get_size() > 1 and not hook_run and (
             engine.is_auto(self.grad_dtype) or knobs)
         self.dtype = None if engine.is_auto(self.grad_dtype) else self.grad_dtype
         initial = {'dtype': self.dtype, 'mode': overlap.mode, 'bucket': overlap.bucket_bytes}
         #: The driver: ``begin`` gives each call's configuration, ``end`` records its time.
-        self.driver = engine.CallTuning(overlap._mpi_comm, 'multi_node_mean_grad(overlap)', self._axes,
-                                        initial, overlap._reducer.release_unused)
+        self.driver = engine.CallTuning(mpi_comm, 'multi_node_mean_grad(overlap)', self._axes,
+                                        initial, reducer.release_unused)
 
     @property
     def tuner(self):
@@ -45,7 +46,7 @@ class OverlapTuning:
 
     def _axes(self):
         ov = self.overlap
-        axes = engine.reducer_axes(ov._reducer, self.grad_dtype, engine.knobs_tunable())
+        axes = engine.reducer_axes(self.reducer, self.grad_dtype, engine.knobs_tunable())
         rest = axes[1:] if engine.is_auto(self.grad_dtype) else axes
         mine = axes[:len(axes) - len(rest)]
         if not self.mode_pinned:
@@ -61,7 +62,7 @@ class OverlapTuning:
             return  # the first call warms up with the defaults
         cfg = self.driver.begin()
         ov = self.overlap
-        self.dtype = engine.apply_reducer_config(ov._reducer, cfg)
+        self.dtype = engine.apply_reducer_config(self.reducer, cfg)
         ov.bucket_bytes = cfg.get('bucket', ov.bucket_bytes)
         ov.set_mode(cfg.get('mode', ov.mode))
 
