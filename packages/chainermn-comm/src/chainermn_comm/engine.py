@@ -25,7 +25,7 @@ here, never from comm's underscore modules (a test walks the sources for that).
   rank (``reduce.tune``); :func:`grad_dtype`: a communicator's wire now, ``'auto'`` resolved.
 """
 
-from chainermn_comm.averaging import Averaging, ModelAverage, averaging_of
+from chainermn_comm.averaging import Averaging, ModelAverage, ThreadReducer, averaging_of, thread_reducer
 from chainermn_comm.reduce.chunked import ChunkedReducer
 from chainermn_comm.guard import fail_together, guarded_call
 from chainermn_comm.reduce.node_shared import NodeReducer
@@ -35,7 +35,7 @@ from chainermn_comm.reduce.tune import AUTO as WIRE_AUTO
 from chainermn_comm.reduce.tune import (CallTuning, Tuner, apply_reducer_config, first, is_auto, knobs_tunable,
                                         reducer_axes)
 
-__all__ = ['Averaging', 'ModelAverage', 'averaging_of', 'ChunkedReducer', 'NodeReducer', 'Pacer',
+__all__ = ['Averaging', 'ModelAverage', 'ThreadReducer', 'thread_reducer', 'averaging_of', 'ChunkedReducer', 'NodeReducer', 'Pacer',
            'detect_topology', 'fail_together', 'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
            'knobs_tunable', 'is_auto', 'CallTuning', 'first', 'WIRE_AUTO', 'grad_dtype',
            'mark_next_collective', 'collective_marks', 'rank_hosts']

@@ -87,9 +87,10 @@ class DoubleBufferingReducer:
         check_double_buffering_support(communicator)
         self._communicator = communicator
         self._zero_fill = zero_fill
-        self._mpi_comm = communicator.mpi_comm.Dup()
-        # The same reducer as multi_node_mean_grad (node-shared memory first), so the bits match.
-        self._reducer = engine.NodeReducer(self._mpi_comm, engine.detect_topology(self._mpi_comm))
+        # The same reducer as multi_node_mean_grad (node-shared memory first), so the bits match, on a
+        # duplicate of the communicator: the averaging interface's reducer for the background thread.
+        self._thread_reducer = engine.thread_reducer(communicator)
+        self._reducer = self._thread_reducer.reducer
         self._red_dtype = engine.grad_dtype(communicator)  # 'auto': the plain path's choice
         if hook is not None:  # a built-in wire (hooks.WireHook); 'auto' stays exact here
             self._red_dtype = None if engine.is_auto(hook.wire) else hook.wire

@@ -109,10 +109,11 @@ class BackwardOverlap:
             communicator, link, hook, zero_fill=True)
         self.wire = getattr(communicator, 'allreduce_grad_dtype', None) if hook is None else hook.wire
         self._hook_run = hook is not None and not hook.is_wire
-        self._mpi_comm = communicator.mpi_comm.Dup()
-        topology = engine.detect_topology(self._mpi_comm)
-        self._reducer = engine.NodeReducer(
-            self._mpi_comm, topology, engine.ChunkedReducer(self._mpi_comm, chunk_bytes=chunk_bytes))
+        # Buckets are averaged off the main thread: on a reducer of their own (the averaging interface's)
+        self._thread_reducer = engine.thread_reducer(communicator, chunk_bytes=chunk_bytes)
+        self._mpi_comm = self._thread_reducer.mpi_comm
+        topology = self._thread_reducer.topology
+        self._reducer = self._thread_reducer.reducer
         #: When host buckets are averaged: 'thread', 'inline' or 'end' (see MODE_ENV).
         self._setting = _mode_setting()  # MODE_ENV as set (may be empty), read once
         self._pacer = engine.Pacer()
@@ -188,8 +189,7 @@ class BackwardOverlap:
     def free(self):
         """Release the duplicated MPI communicator and its shared memory (collective)."""
         if self._mpi_comm is not None:
-            self._reducer.free()
-            self._mpi_comm.Free()
+            self._thread_reducer.free()
             self._mpi_comm = None
 
     # -- internals ----------------------------------------------------------------
