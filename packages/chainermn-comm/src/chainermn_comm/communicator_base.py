@@ -1,6 +1,7 @@
 """The interface every chainermn communicator implements."""
 
 import abc
+import contextlib
 
 __all__ = ['CommunicatorBase']
 
@@ -142,6 +143,43 @@ class CommunicatorBase(abc.ABC):
     guard = None
     #: The communicator's averaging interface (``chainermn_comm.averaging.Averaging``), or None.
     averaging = None
+
+    # -- configurations (Chainer v7's set_config / get_config) -------------------------------
+    #: The configurations ``set_config`` and ``get_config`` know: attribute names of the communicator.
+    config_names = ()
+
+    def set_config(self, name, value=True, **kwargs):
+        """Set the configuration ``name`` to ``value`` (names in ``config_names``; Chainer v7's API)."""
+        if name not in self.config_names:
+            raise ValueError('Unknown config: {!r}; {} has {}'.format(
+                name, type(self).__name__, ', '.join(map(repr, self.config_names)) or 'none'))
+        self._set_config(name, value)
+
+    def _set_config(self, name, value):
+        setattr(self, name, value)
+
+    def get_config(self, name=None):
+        """Return the configuration ``name``'s value, or a dict of all of them when ``name`` is None."""
+        if name is None:
+            return {n: getattr(self, n) for n in self.config_names}
+        if name not in self.config_names:
+            raise KeyError('Unknown config: {!r}; {} has {}'.format(
+                name, type(self).__name__, ', '.join(map(repr, self.config_names)) or 'none'))
+        return getattr(self, name)
+
+    @contextlib.contextmanager
+    def config_scope(self):
+        """Run a block in which configurations are set (Chainer v7's API; ``get_config`` reads them directly)."""
+        old, self._within_config_scope = self.within_config_scope, True
+        try:
+            yield
+        finally:
+            self._within_config_scope = old
+
+    @property
+    def within_config_scope(self):
+        """Whether a ``config_scope`` block is running."""
+        return self.__dict__.get('_within_config_scope', False)
 
     @abc.abstractmethod
     def split(self, color, key):

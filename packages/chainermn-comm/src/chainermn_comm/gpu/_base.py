@@ -41,6 +41,11 @@ class GpuCommunicatorBase(MpiCommunicatorBase):
         self._packer = _kernels.GradPacker(batched=self.batched_copy)
         self._setup()
 
+    def _set_config(self, name, value):
+        super()._set_config(name, value)
+        if name == 'batched_copy':
+            self._packer.batched = self.batched_copy
+
     def _setup(self):
         """Create sub-communicators (collective; called once from __init__)."""
 
