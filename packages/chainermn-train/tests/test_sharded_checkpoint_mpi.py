@@ -9,6 +9,8 @@ import glob
 import json
 import os
 import shutil
+import struct
+import zipfile
 
 import numpy
 import pytest
@@ -58,6 +60,20 @@ def close(got, want, what):
         numpy.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-7, err_msg='{} {}'.format(what, k))
 
 
+def corrupt_member(path, key):
+    """Flip one byte in the data of member ``key`` of the npz at ``path`` (its metadata stays readable)."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(key + '.npy')
+    with open(path, 'r+b') as f:
+        f.seek(info.header_offset + 26)
+        name_len, extra_len = struct.unpack('<HH', f.read(4))
+        at = info.header_offset + 30 + name_len + extra_len + info.compress_size - 1
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
 def copy(out, src, *dsts):
     for d in dsts:
         shutil.copytree(os.path.join(out, src), os.path.join(out, d))
@@ -83,16 +99,18 @@ def test_sharded_state_resumes_on_any_number_of_ranks(tmp_path):
     launch(out, 4, ['a4:A4:1:10', 'b4:B4:0:10'])
     copy(out, 'A', 'A2', 'A2u', 'A3s', 'A3u')
     copy(out, 'B', 'B2', 'B2b', 'B3s', 'B3u')
-    copy(out, 'A4', 'A42s', 'A42u', 'A4lost10', 'A4lostall')
+    copy(out, 'A4', 'A42s', 'A42u', 'A4lost10', 'A4lostall', 'A4corrupt10')
     copy(out, 'B4', 'B42')
     os.remove(os.path.join(out, 'A4lost10', 'job.3.10'))   # a node-local disk gone
     for fn in glob.glob(os.path.join(out, 'A4lostall', 'job.3.*')):
         os.remove(fn)
     lost_all = sorted(os.listdir(os.path.join(out, 'A4lostall')))
+    # a share damaged where only gathering reads it (rank 3 owned l1/b at 4 ranks)
+    corrupt_member(os.path.join(out, 'A4corrupt10', 'job.3.10'), 'updater/optimizer:main/predictor/l1/b/m')
 
     res = launch(out, 2, ['r:A2:1:20', 'rb:B2:1:20', 'ru:A2u:0:20', 'rbb:B2b:0:20',
                           'f1:A42s:1:20', 'f2:A42u:0:20', 'f3:B42:0:20',
-                          'l1:A4lost10:1:20', 'l2:A4lostall:1:20'])
+                          'l1:A4lost10:1:20', 'l2:A4lostall:1:20', 'c1:A4corrupt10:1:20'])
     # same N, sharded: each rank's own file, bit for bit as the run that never stopped
     check_loaded(out, 'r', 10, True, 'same world size, own files, run')
     assert 'gathered' not in reports(out, 'r')[0]['mode']
@@ -115,6 +133,11 @@ def test_sharded_state_resumes_on_any_number_of_ranks(tmp_path):
     check_loaded(out, 'l1', 5, True, 'gathered from 4 file(s)')
     warned = ' '.join(reports(out, 'l1')[0]['warnings'])
     assert 'job.3.10' in warned and 'sharded optimizer state' in warned, warned
+    # a share file that cannot be read when gathered: the older generation, the file named
+    check_loaded(out, 'c1', 5, True, 'gathered from 4 file(s)')
+    warned = ' '.join(reports(out, 'c1')[0]['warnings'])
+    assert 'its share file {}'.format(os.path.join(out, 'A4corrupt10', 'job.3.10')) in warned, warned
+    assert 'falling back to an older generation' in warned, warned
     # every share file of one rank gone: refused, naming them and what they held
     for r in json_all(out, 'l2'):
         assert r['error'].startswith('SnapshotUnusableError'), r

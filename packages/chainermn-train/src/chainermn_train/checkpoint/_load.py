@@ -3,7 +3,10 @@
 Collective throughout.  On the same world size every rank loads its own file of the newest
 iteration all ranks can read (bitwise resume).  Otherwise every rank loads the shared state of one
 readable file of the newest usable generation, sent by a rank that can read it, and the updater's
-iterators move to the same epoch and fraction of their new shard (see ``_resize``).
+iterators move to the same epoch and fraction of their new shard (see ``_resize``).  A generation
+of sharded optimizer state that this job partitions otherwise (another world size, or an
+unsharded optimizer) also gets every old rank's share (``_state_shares``); one whose shares cannot
+all be read is refused, naming the files, and the next older generation is tried.
 """
 
 import io

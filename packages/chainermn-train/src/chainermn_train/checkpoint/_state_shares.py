@@ -18,6 +18,7 @@ import io
 import json
 
 import numpy
+from chainermn_comm import safe_files
 
 from chainermn_train.checkpoint import _lineage, _safe_npz
 
@@ -148,14 +149,14 @@ def describe_missing(ckpt, it, missing):
             'this job reaches)'.format('; '.join(parts)))
 
 
-def _reader(files, r, size):
+def _reader(files, r):
     readers = sorted(q for q, m in files.get(r, ()) if isinstance(m, dict))
     if not readers:
         return None
     return r if r in readers else readers[0]
 
 
-def _wanted(obj, comm, name, part_old, mine):
+def _wanted(comm, name, part_old, mine):
     """Return the parameter paths whose state this rank keeps (every one, unless this job is sharded)."""
     if mine.get(name) is None:
         return set(part_old['owners'])
@@ -186,16 +187,15 @@ def gather(ckpt, obj, it, files, rec, values, allowed):
     prefixes = _state_prefixes(obj, rec)
     size = max(p['world_size'] for p in rec.values())
     for r in range(size):
-        q = _reader(files, r, size)
+        q = _reader(files, r)
         if q is None:   # screened before; every rank sees the same
             return describe_missing(ckpt, it, [(r, [])])
         roots = {name: tuple('{}{}/'.format(prefixes[name], p) for p in owned_paths(rec[name], r))
                  for name in prefixes}
-        problem, share = None, None
+        problem, data = None, None
         if comm.rank == q:
             fn = ckpt.filename(it, r)
             try:
-                from chainermn_comm import safe_files
                 with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
                     got, _ = _safe_npz.read(f, allow_pickle=allowed, name=fn,
                                             limits=_share_limits(obj, prefixes, rec, r),
@@ -206,6 +206,8 @@ def gather(ckpt, obj, it, files, rec, values, allowed):
                 if missing:
                     problem = 'lacks the state of parameter(s) it owned: {}'.format(
                         ', '.join(missing[:6]))
+                else:
+                    data = _pack(share)   # plain arrays only: what travels is read without pickle
             except Exception as e:   # unreadable, refused, too large: this share is not available
                 problem = '{}: {}'.format(type(e).__name__, e)
         problem = comm.bcast_obj(problem, root=q)
@@ -213,12 +215,12 @@ def gather(ckpt, obj, it, files, rec, values, allowed):
             return ('its share file {} (read by rank {}) cannot be used: {}; without it the '
                     'optimizer state of the parameters rank {} owned is lost'.format(
                         ckpt.filename(it, r), q, problem, r))
-        buf = comm.bcast(_pack(share) if comm.rank == q else None, root=q)
+        buf = comm.bcast(data, root=q)
         got, _ = _safe_npz.read(io.BytesIO(buf.tobytes()), allow_pickle=False,
                                 limits=_share_limits(obj, prefixes, rec, r), name=ckpt.filename(it, r))
         _safe_npz.split_meta(got)
         for name, pre in prefixes.items():
-            keep = _wanted(obj, comm, name, rec[name], mine)
+            keep = _wanted(comm, name, rec[name], mine)
             for path in owned_paths(rec[name], r):
                 root = '{}{}/'.format(pre, path)
                 for k, v in got.items():
