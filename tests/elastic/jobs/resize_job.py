@@ -5,8 +5,8 @@ Usage: resize_job.py OUT STOP ITERATOR
   ITERATOR  ``serial`` (scatter_dataset with shuffle + SerialIterator), ``elastic`` or ``multinode``
             (rank 0's SerialIterator over the whole dataset serves every rank)
 Environment: KILL_AT / KILL_RANK (SIGKILL itself at that iteration), RUN (tag of the log lines),
-JOB_HIDDEN (hidden units, default 8), DOWN_MARK (a file created before the kill; the launcher's
-stand-in for ssh then refuses that host).  The kill happens in run 1 only (RUN, default: one more
+JOB_HIDDEN (hidden units, default 8), SHARD_STATE (1: ``shard_state=True``), DOWN_MARK (a file
+created before the kill; the launcher's stand-in for ssh then refuses that host).  The kill happens in run 1 only (RUN, default: one more
 than $CHAINERMN_LAUNCH_RESTARTS).
 Writes OUT/resume.<rank>.json and OUT/resumed.<rank>.npz right after ``maybe_load``, one line per
 iteration to OUT/samples.<rank>.log (run, iteration, positions, sample ids) and OUT/final.<rank>.npz.
@@ -63,7 +63,8 @@ def main(out, stop, kind):
         it = chainer.iterators.SerialIterator(shard, BATCH, shuffle=True)
     numpy.random.seed(1)   # the same initial weights on every rank
     model = L.Classifier(MLP())
-    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(alpha=0.01), comm)
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(alpha=0.01), comm,
+                                                shard_state=os.environ.get('SHARD_STATE') == '1')
     opt.setup(model)
     log = open(os.path.join(out, 'samples.{}.log'.format(comm.rank)), 'a')
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import numpy
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -145,6 +146,31 @@ def test_a_node_lost_for_good_mid_training_resumes_on_the_survivor(cluster, tmp_
     states = [json.load(open(str(out_dir / 'resume.{}.json'.format(r)))) for r in range(2)]
     assert all(st['loaded'] == 20 and st['size'] == 2 for st in states), states
     print('node lost: training again {} s after the failure; 2 iterations redone (21, 22)'.format(m.group(4)))
+
+
+def test_a_node_lost_with_sharded_optimizer_state_resumes_as_unsharded_would(cluster, tmp_path):
+    """shard_state=True: the survivors gather the lost node's shares (its files are on a shared disk)."""
+    _, down, _ = cluster
+    finals = {}
+    for shard in ('1', '0'):
+        out_dir = tmp_path / 'out{}'.format(shard)
+        out_dir.mkdir()
+        if os.path.exists(os.path.join(down, 'nodeb')):
+            os.remove(os.path.join(down, 'nodeb'))
+        status, out, err = launch(cluster, [RESIZE_JOB, str(out_dir), '40i', 'elastic'],
+                                  '--min-nodes', '1', '--max-restarts', '2',
+                                  env={'KILL_AT': '22', 'KILL_RANK': '2', 'SHARD_STATE': shard,
+                                       'DOWN_MARK': os.path.join(down, 'nodeb')})
+        text = out + err
+        assert status == 0, text
+        assert 'hosts dropped: nodeb; added: none' in err and out.count('done at iteration 40') == 2, text
+        assert ('sharded optimizer state gathered from 4 file(s)' in err) == (shard == '1'), text
+        states = [json.load(open(str(out_dir / 'resume.{}.json'.format(r)))) for r in range(2)]
+        assert all(st['loaded'] == 20 and st['size'] == 2 for st in states), states
+        with numpy.load(str(out_dir / 'final.0.npz')) as f:
+            finals[shard] = dict(f)
+    for key, want in finals['0'].items():
+        numpy.testing.assert_allclose(finals['1'][key], want, rtol=1e-6, atol=1e-7, err_msg=key)
 
 
 def test_a_repaired_host_rejoins_at_the_next_start(cluster):

@@ -6,7 +6,8 @@
 - ``_writer``: how a snapshot file is written; ``_safe_npz``: the pickle-free npz format;
 - ``_generations``: which files exist and which may be collected; ``_load``: how the ranks agree
   on a generation and reshard; ``_resize``: what a generation records; ``_lineage``: whose a
-  generation is (run identity, optimizer); ``_owner``: which job writes a directory; ``_policy``:
+  generation is (run identity, optimizer); ``_state_shares``: sharded optimizer state (the
+  partition a generation records, gathering the shares); ``_owner``: which job writes a directory; ``_policy``:
   what may be trusted, the error classes, raising together; ``_launch_status``: progress for
   ``python -m chainermn launch``;
 - ``_multi_node_snapshot``: Chainer's snapshot once per replica set.

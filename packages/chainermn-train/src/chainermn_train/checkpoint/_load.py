@@ -3,7 +3,10 @@
 Collective throughout.  On the same world size every rank loads its own file of the newest
 iteration all ranks can read (bitwise resume).  Otherwise every rank loads the shared state of one
 readable file of the newest usable generation, sent by a rank that can read it, and the updater's
-iterators move to the same epoch and fraction of their new shard (see ``_resize``).
+iterators move to the same epoch and fraction of their new shard (see ``_resize``).  A generation
+of sharded optimizer state that this job partitions otherwise (another world size, or an
+unsharded optimizer) also gets every old rank's share (``_state_shares``); one whose shares cannot
+all be read is refused, naming the files, and the next older generation is tried.
 """
 
 import io
@@ -14,7 +17,8 @@ import numpy
 from chainermn_comm import safe_files, voice
 from chainermn_comm.log import get_logger
 
-from chainermn_train.checkpoint import _complete, _generations, _lineage, _resize, _safe_npz, _shards
+from chainermn_train.checkpoint import (_complete, _generations, _lineage, _resize, _safe_npz, _shards,
+                                        _state_shares)
 from chainermn_train.checkpoint import _policy as policy
 
 __all__ = ['load', 'read_own']
@@ -65,10 +69,11 @@ def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, reje
     Collective.  Candidates are tried newest first; each rank reads its own file and the ranks
     exchange what went wrong.  ``refused`` lists ``(rank, why)`` of the files refused for
     needing pickle on the way; iteration and values are None when no candidate works.
+    ``expected`` may be a function of the iteration (what a generation's file must hold).
     """
     refused = []
     for it in sorted(candidates, reverse=True):
-        values, problem = read_own(ckpt, it, allow_pickle, how, expected, keep=keep)
+        values, problem = read_own(ckpt, it, allow_pickle, how, _expected_at(expected, it), keep=keep)
         # Only short status tuples are exchanged, between the ranks of this job (MPI).
         problems = ckpt.comm.allgather_obj(problem)
         bad = [(r, p[0], p[1]) for r, p in enumerate(problems) if p is not None]
@@ -92,6 +97,10 @@ def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, reje
                 ' ({})'.format(policy.OPT_IN_HINT) if refused_here else ''),
             policy.CheckpointWarning, ckpt.comm.rank, stacklevel=4)
     return None, None, refused
+
+
+def _expected_at(expected, it):
+    return expected(it) if callable(expected) else expected
 
 
 def _donors(ckpt, it, files, rejected, refused):
@@ -122,10 +131,13 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
     """Load the shared state of one readable file of the newest usable generation on every rank.
 
     Collective.  Returns ``(iteration, values, refused, mode)``; iteration is None if none works.
+    ``expected`` may be a function of the iteration.
     """
     rank = ckpt.comm.rank
     refused = []
+    expected_of = expected
     for it in sorted(gens, reverse=True):
+        expected = _expected_at(expected_of, it)
         donors = _donors(ckpt, it, gens[it], rejected, refused)
         for r, q, meta in donors:
             problem, data = None, None
@@ -254,6 +266,65 @@ def _remove_incomplete(ckpt, gens, incomplete):
                 break
 
 
+def _load_and_gather(ckpt, trainer, usable, allowed, how, expected, rejected, local, weights_only,
+                     keep):
+    """Return ``(iteration, values, refused, mode)`` of the newest usable generation (collective).
+
+    Each rank's own file on the same world size, else one file's shared state (``reshard``); a
+    generation of sharded optimizer state that this job partitions otherwise also gets every old
+    rank's share (``_state_shares``), or is refused and the next older one is tried.
+    """
+    size = ckpt.comm.size
+    gather_at = {}
+    if not weights_only:
+        mine = _state_shares.job_partitions(trainer, ckpt.comm)
+        for it in sorted(usable):
+            rec = _state_shares.recorded(usable[it])
+            if rec and _state_shares.needs_gather(rec, mine):
+                gather_at[it] = rec
+        for it in sorted(gather_at):   # every rank sees the same files: the same decision
+            missing = _state_shares.missing_files(usable[it], gather_at[it])
+            if missing:
+                rejected.setdefault(it, []).append(_state_shares.describe_missing(ckpt, it, missing))
+                del usable[it]
+    usable = dict(usable)
+
+    def expected_at(it):
+        if it in gather_at:
+            return _state_shares.without_state(expected, trainer, gather_at[it])
+        return expected
+
+    refused = []
+    exact_all = [it for it in _generations.exact_candidates(usable, size)
+                 if not _generations.own_file_problems(usable[it], size, rejected.setdefault(it, []))]
+    while True:
+        exact = [it for it in exact_all if it in usable]
+        it, values, refused1 = agree_on_generation(ckpt, exact, allowed, how, expected_at, rejected,
+                                                   keep)
+        refused += refused1
+        mode = 'same world size, own files'
+        if it is None:
+            it, values, refused2, mode = reshard(ckpt, trainer, usable, allowed, how, expected_at,
+                                                 rejected, local, weights_only, keep)
+            refused += refused2
+        if it is None or it not in gather_at:
+            return it, values, refused, mode
+        why = _state_shares.gather(ckpt, trainer, it, usable[it], gather_at[it], values, allowed)
+        if why is None:
+            problems = ckpt.comm.allgather_obj(_resize.mismatches(expected, values))
+            bad = ['rank {}: {}'.format(r, p) for r, p in enumerate(problems) if p is not None]
+            if bad:
+                why = 'with the shares of its sharded optimizer state gathered, the state ' + '; '.join(bad)
+        if why is None:
+            old = max(p['world_size'] for p in gather_at[it].values())
+            return it, values, refused, mode + ', sharded optimizer state gathered from {} file(s)'.format(old)
+        rejected.setdefault(it, []).append(why)
+        voice.warn_all('cannot use the snapshots of iteration {} of {!r}: {}; falling back to an '
+                       'older generation'.format(it, ckpt.name, why),
+                       policy.CheckpointWarning, ckpt.comm.rank, stacklevel=4)
+        del usable[it]
+
+
 def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False):
     """Do the work of ``MultiNodeCheckpointer.maybe_load``; return the loaded iteration or None."""
     start = time.monotonic()
@@ -281,15 +352,9 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
         rejected.setdefault(it, []).append(why)
     skip |= set(incomplete)
     usable = {it: files for it, files in gens.items() if it not in skip}
-    exact = [it for it in _generations.exact_candidates(usable, size)
-             if not _generations.own_file_problems(usable[it], size, rejected.setdefault(it, []))]
     keep = tuple(p for p, _ in models) if models else None   # weights only: the rest stays unread
-    it, values, refused = agree_on_generation(ckpt, exact, allowed, how, expected, rejected, keep)
-    mode = 'same world size, own files'
-    if it is None:
-        it, values, refused2, mode = reshard(ckpt, trainer, usable, allowed, how, expected,
-                                             rejected, local, weights_only, keep)
-        refused += refused2
+    it, values, refused, mode = _load_and_gather(ckpt, trainer, usable, allowed, how, expected,
+                                                 rejected, local, weights_only, keep)
     st = ckpt._stats
     if it is None:
         st['load_seconds'] += time.monotonic() - start

@@ -17,7 +17,7 @@ import chainer
 import numpy
 from chainermn_comm.hooks import RANK_MEAN
 
-from chainermn_train.checkpoint import _lineage, _safe_npz
+from chainermn_train.checkpoint import _lineage, _safe_npz, _state_shares
 
 __all__ = ['generation_meta', 'iterators_of', 'iterator_prefix', 'rebuild_iterator_values',
            'expected_keys', 'byte_limits', 'fill_local', 'mismatches', 'LOCAL_PREFIXES',
@@ -65,6 +65,7 @@ def generation_meta(obj, comm, iteration):
         prev = _float(getattr(it, 'previous_epoch_detail', None), -1.0)
         meta[key + 'previous_epoch_detail'] = prev
         meta[key + 'is_new_epoch'] = bool(getattr(it, 'is_new_epoch', False))
+    meta.update(_state_shares.partition_meta(obj, comm))   # shard_state=True: who owns which state
     return meta
 
 
@@ -168,12 +169,16 @@ def expected_keys(obj, local=None):
 
 def _add_optimizer_state(obj, keys):
     """Add the state keys an optimizer without state yet asks for while loading (Adam's m and v)."""
-    for prefix, opt in _lineage.optimizers_of(obj).values():
+    parts = _state_shares.own_paths(obj)
+    for name, (prefix, opt) in _lineage.optimizers_of(obj).items():
         names = None
+        mine = parts.get(name)
         for path, param in sorted(opt.target.namedparams()):
             rule = getattr(param, 'update_rule', None)
             if rule is None or rule.state is not None or not rule.enabled:
                 continue   # a rule with state was recorded by serializing it
+            if mine is not None and path.strip('/') not in mine:
+                continue   # shard_state=True: another rank owns (and loads) this state
             if names is None:
                 names = _lineage.state_keys(opt) or []
             shape = None if param.array is None else tuple(param.array.shape)
