@@ -5,12 +5,14 @@ Usage: python bench/checkpoint_stall.py [--ranks 2] [--size full|tiny] [--iters 
 
 Each rank holds ResNet-50's parameters (bench/models.py) with Adam's state (m, v: 307 MB per
 rank at full size) and runs Adam updates as its iterations; every ``--every`` iterations it saves
-through the multi-node checkpointer the way the extension does (``settle()``, then ``save``),
-first with ``background=False``, then with the default ``background=True``.  Prints, per mode,
+through the multi-node checkpointer the way the extension does (``settle()``, then ``save``; in
+the background, ``poll()`` every iteration until the ranks agreed on the write), first with
+``background=False``, then with the default ``background=True``.  Prints, per mode,
 the stall per save (the time the save call keeps the rank) and the part of it spent waiting
 for the previous write (a write that had not finished by the next save: the machine had no
 CPU to spare for it), the iterations while a background write runs against the others, and
-the ratios.  Keep it short on a shared machine.
+the ratios, and how many iterations after its save each background write was agreed on and
+what a poll costs.  Keep it short on a shared machine.
 """
 
 import argparse
@@ -58,11 +60,15 @@ def _worker(args):
         path = comm.bcast_obj(path)
         cp = create_multi_node_checkpointer('stall', comm, path=path, background=background,
                                             cp_interval=2, gc_interval=1)
-        stalls, waits, during, others = [], [], [], []
+        stalls, waits, during, others, lags = [], [], [], [], []
+        saved = None   # the iteration of the save not agreed on yet
         for it in range(1, args.iters + 1):
             busy = cp._flight.running
             start = time.perf_counter()
             opt.update()
+            if saved is not None and cp.poll():   # what the extension's trigger does
+                lags.append(it - saved)
+                saved = None
             took = time.perf_counter() - start
             busy = busy or cp._flight.running   # the write ran during some of this iteration
             if it > 1:   # the first one warms caches up
@@ -74,13 +80,17 @@ def _worker(args):
                 cp.save(state, iteration=it)
                 stalls.append(time.perf_counter() - start)
                 waits.append(cp.get_stats()['wait_seconds'] - waited)
+                saved = it if background else None
         cp.settle()
+        polls = cp.get_stats()['polls']
+        poll_s = cp.get_stats()['poll_seconds'] / polls if polls else 0.0
         cp.finalize()
         comm.allreduce_obj(0)
         if comm.rank == 0:
             shutil.rmtree(path, ignore_errors=True)
         results['background' if background else 'sync'] = {
             'stalls': stalls, 'waits': waits, 'during': during, 'others': others,
+            'lags': lags, 'polls': polls, 'poll_s': poll_s,
             'bytes': cp.get_stats()['bytes_saved'] // max(1, cp.get_stats()['saves'])}
     views = comm.gather_obj(results)
     if comm.rank == 0:
@@ -112,6 +122,12 @@ def _report(views, args):
     print('stall per save, background / sync: {:.3f} ({:.3f} s / {:.3f} s; target <= 0.15); '
           'iterations during a background write / others: {:.2f} (target <= 1.10)'.format(
               bg / sync, bg, sync, med([x for m, _, x in rows if m == 'background'])))
+    lags = [x for view in views for x in view['background']['lags']]
+    print('agreement on a background write: {} iteration(s) after its save (median; max {}); a poll '
+          '(one all-reduce of two integers) every iteration while it runs: {:.1f} us on average '
+          '({} polls)'.format(med(lags), max(lags) if lags else 'n/a',
+                              1e6 * med([v['background']['poll_s'] for v in views]),
+                              sum(v['background']['polls'] for v in views)))
 
 
 def main():

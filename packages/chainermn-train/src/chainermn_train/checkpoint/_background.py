@@ -20,14 +20,15 @@ import time
 import weakref
 
 __all__ = ['InFlight', 'Outcome', 'KILL_POINTS', 'kill_at', 'kill_point', 'EXIT_WAIT_SECONDS',
-           'WRITER_NICENESS']
+           'WRITER_NICENESS', 'join_others']
 
 #: Test hook (the crash tests set it): ``'POINT'`` or ``'POINT@RANK'`` kills this process
 #: (SIGKILL) when a save reaches that point; None (always, outside those tests): never.
 kill_at = None
-#: The points of a save at which :data:`KILL_ENV` may kill, in the order a save meets them.
+#: The points of a save at which :data:`kill_at` may kill, in the order a save meets them
+#: (``before-poll``: this rank's write is durable, it has not told the others at the poll yet).
 KILL_POINTS = ('before-copy', 'after-copy', 'mid-write', 'before-rename', 'after-rename',
-               'before-agreement', 'before-record', 'after-record')
+               'before-poll', 'before-agreement', 'before-record', 'after-record')
 #: Longest wait for the write in flight when the process exits without finalizing.
 EXIT_WAIT_SECONDS = 600.0
 
@@ -83,6 +84,16 @@ def _lower_priority():
         pass
 
 
+def join_others(flight, timeout):
+    """Wait (bounded) for every write in flight of this process but ``flight``'s, not collecting them.
+
+    A load waits so: a snapshot this process saved through another checkpointer is on disk first.
+    """
+    for other in list(_LIVE):
+        if other is not flight:
+            other.join(timeout)
+
+
 @atexit.register
 def _wait_at_exit():
     for flight in list(_LIVE):
@@ -129,6 +140,12 @@ class InFlight:
 
         self._thread = threading.Thread(target=run, name='chainermn-checkpoint-writer', daemon=True)
         self._thread.start()
+
+    def join(self, timeout):
+        """Wait (bounded) for the write in flight to end; its outcome stays for :meth:`wait`."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def wait(self, timeout):
         """Return the :class:`Outcome` of the write in flight (None when there is none).

@@ -3,7 +3,9 @@
 Files are named ``<name>.<rank>.<iteration>`` (NumPy ``.npz`` content written by Chainer's
 serializers, with no pickled object: see ``_safe_npz``).  By default a save copies the snapshot
 into host buffers and a background thread writes it (``_saving``); ``settle`` agrees which
-generations every rank finished (``_complete``).  Every file is written through
+generations every rank finished (``_complete``), and the extension's trigger polls every iteration
+while a write is unsettled, so that the agreement comes within an iteration or two of the write's
+end (``poll``).  Every file is written through
 ``chainermn_comm.safe_files``: a new file under an unpredictable name in the same directory,
 flushed, ``fsync``-ed and renamed over the final name (then the directory is ``fsync``-ed), so a
 crash mid-write never leaves a file under a final name and a name planted by someone else is never
@@ -96,7 +98,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     priority = chainer.training.PRIORITY_READER  # after every other extension updated its state
 
     def __init__(self, name, comm, cp_interval=5, gc_interval=5, path=None, allow_pickle=None,
-                 allow_shared=None, background=False, write_timeout=600.0):
+                 allow_shared=None, background=True, write_timeout=600.0):
         if not isinstance(name, str) or not name or os.sep in name or (os.altsep and os.altsep in name):
             raise ValueError('checkpointer name must be a non-empty string without path separators; '
                              'got {!r}'.format(name))
@@ -119,6 +121,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._flight = _background.InFlight()
         self._staging = _staging.Staging()
         self._pending = []      # outcomes of this rank's saves not agreed on yet
+        self._armed = False     # a save of the extension is unsettled: its trigger polls
         self._committed = set()  # iterations of this run every rank's write of which finished
         #: The run identity written into every snapshot (rank 0's at start; the loaded one's after
         #: a resume).
@@ -135,7 +138,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._stats = {'saves': 0, 'save_seconds': 0.0, 'bytes_saved': 0, 'loads': 0,
                        'load_seconds': 0.0, 'loaded_iteration': None, 'last_saved_iteration': None,
                        'skipped_unreadable': 0, 'refused_pickle': 0, 'files_removed': 0,
-                       'failed_saves': 0, 'wait_seconds': 0.0, 'write_seconds': 0.0}
+                       'failed_saves': 0, 'wait_seconds': 0.0, 'write_seconds': 0.0, 'polls': 0,
+                       'poll_seconds': 0.0}
         self._start()
 
     @property
@@ -264,9 +268,12 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._check_parameters(trainer)   # here, not in save: save is not a collective
         self.settle()   # every rank calls the extension at the same iteration
         self.save(trainer)
+        self._armed = self.background   # on every rank: its trigger polls from the next iteration
 
     def initialize(self, trainer):
         self._trainer = trainer
+        if self.background:   # agree on each write within an iteration or two of its end
+            _saving.follow(self, trainer)
 
     def save(self, obj, iteration=None):
         """Write this rank's snapshot of ``obj`` (a Trainer or any serializable object) atomically.
@@ -290,6 +297,16 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         complete, or None.  See ``_saving.settle``.
         """
         return _saving.settle(self)
+
+    def poll(self):
+        """Settle once every rank's write in flight finished; return whether nothing is left unsettled.
+
+        Collective, and cheap while a write is still running (one all-reduce of two integers): for
+        loops without a trainer, call it on every rank at the same point (e.g. every iteration)
+        after saves made on every rank.  A trainer's checkpointer extension polls by itself every
+        iteration while a save of it is unsettled.  See ``_saving.poll``.
+        """
+        return _saving.poll(self)
 
     def _drain(self, timeout=None):
         return _saving.drain(self, timeout)
@@ -356,8 +373,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return loaded
 
     def _prepare_load(self):
-        """Check the directory and this job's claim on every rank, together; remove stale temporaries."""
+        """Check the directory and this job's claim on every rank, together; remove stale temporaries.
+
+        First every write in flight of this process ends (this checkpointer's, collected, and any
+        other's, e.g. a checkpointer that saved the snapshots about to be loaded).
+        """
         self._drain()
+        _background.join_others(self._flight, self.write_timeout)
         _policy.agree(self.comm, self._readiness_problem())
         self._remove_stale_tmp()
 
@@ -431,12 +453,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
 
 def create_multi_node_checkpointer(name, comm, cp_interval=5, gc_interval=5, path=None,
-                                   allow_pickle=None, allow_shared=None, background=False,
+                                   allow_pickle=None, allow_shared=None, background=True,
                                    write_timeout=600.0):
     """Create a multi-node checkpointer (snapshots ``<name>.<rank>.<iteration>`` under ``path``).
 
-    Collective.  ``background=True`` writes each snapshot from a background thread while
-    training goes on; ``background=False`` (default) writes it before ``save`` returns.
+    Collective.  ``background=True`` (default) copies each snapshot into host buffers and writes
+    it from a background thread while training goes on (a failing save is reported and counted,
+    training goes on); ``background=False`` writes it before ``save`` returns (or raises).
     ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you trust);
     None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts a
     directory other users can write (only one you really share); None: ``$CHAINERMN_TRUST_SHARED``.

@@ -5,9 +5,13 @@ what the snapshot holds into the staging buffers (``_staging``) and starts its w
 (``_background``); training goes on.  What became of each save stays with the rank until the ranks
 agree (``settle``, a collective every rank calls at the same point): the generations every rank
 finished are recorded complete (``_complete``), and a save that failed on any rank is reported
-once for the job, counted, and the files of it that were written are removed.  A failure no
-agreement will see (at the end of the job) is reported by its rank alone (``report_alone``).
-Everything here but ``settle`` is local to the rank.
+once for the job, counted, and the files of it that were written are removed.  So that a
+generation whose files are all durable is recorded complete within an iteration or two (not only
+at the next save), the extension's trigger polls while a save it made is unsettled
+(``PollingTrigger``): every iteration every rank tells the others, in one all-reduce of two
+integers, whether its write is still running, and the iteration at which no rank's is, the ranks
+settle.  A failure no agreement will see (at the end of the job) is reported by its rank alone
+(``report_alone``).  Everything here but ``settle`` and ``poll`` is local to the rank.
 """
 
 import time
@@ -23,7 +27,7 @@ from chainermn_train.checkpoint._background import kill_point
 from chainermn_train.checkpoint._policy import CheckpointWarning
 
 __all__ = ['save_sync', 'save_background', 'flight_iteration', 'drain', 'report_alone', 'settle',
-           'finish', 'complete_floor']
+           'poll', 'PollingTrigger', 'follow', 'finish', 'complete_floor']
 
 def _iteration_of(obj):
     if isinstance(obj, chainer.training.Trainer):
@@ -165,6 +169,7 @@ def settle(ckpt):
     (naming the ranks and why), counted, and the files the other ranks wrote of it are
     removed: the newest complete generation stays and the next save tries again.
     """
+    ckpt._armed = False   # every rank settles here: nothing is left for the poll
     if not ckpt.background:
         return   # synchronous saves: each was durable (or raised) before save returned
     drain(ckpt)
@@ -201,6 +206,66 @@ def settle(ckpt):
                            'iteration {}'.format(newest) if newest is not None else 'none yet'),
                        CheckpointWarning, ckpt.comm.rank, stacklevel=3)
     return done[-1] if done else None
+
+
+def poll(ckpt):
+    """Settle once no rank's write is still running; return whether nothing is left unsettled.
+
+    Collective and cheap (one all-reduce of two integers, no wait for a write): every rank calls
+    it at the same point, e.g. every iteration while a save is unsettled.  When some rank's write
+    is still running it returns False at once on every rank; otherwise the ranks settle (when any
+    has a save to agree on) and it returns True.
+    """
+    if not ckpt.background:
+        return True
+    start = time.perf_counter()
+    flight = ckpt._flight
+    running = flight.running
+    unsettled = flight.busy or bool(ckpt._pending)
+    if flight.busy and not running:
+        kill_point('before-poll', ckpt.comm.rank)   # this rank's write is durable; not yet told
+    flags = numpy.asarray(ckpt.comm.allreduce(numpy.array([running, unsettled], numpy.int32),
+                                              op='max'))
+    st = ckpt._stats
+    st['polls'] += 1
+    st['poll_seconds'] += time.perf_counter() - start
+    if int(flags[0]):
+        return False
+    if int(flags[1]):
+        settle(ckpt)
+    ckpt._armed = False
+    return True
+
+
+class PollingTrigger:
+    """The checkpointer extension's trigger, which also polls (``poll``) while a save of it is unsettled.
+
+    It fires exactly when the trigger it wraps fires (then the extension settles and saves) and
+    forwards every other attribute to it (``serialize`` among them: snapshots hold the same state).
+    """
+
+    def __init__(self, trigger, ckpt):
+        self.wrapped = trigger
+        self._ckpt = ckpt
+
+    def __call__(self, trainer):
+        if self.wrapped(trainer):
+            return True
+        if self._ckpt._armed:   # set on every rank by the extension's save, cleared by settle
+            poll(self._ckpt)
+        return False
+
+    def __getattr__(self, name):
+        if name in ('wrapped', '_ckpt'):
+            raise AttributeError(name)
+        return getattr(self.wrapped, name)
+
+
+def follow(ckpt, trainer):
+    """Make the trigger of ``ckpt``'s entry in ``trainer`` a :class:`PollingTrigger` (once)."""
+    for entry in trainer._extensions.values():
+        if entry.extension is ckpt and not isinstance(entry.trigger, PollingTrigger):
+            entry.trigger = PollingTrigger(entry.trigger, ckpt)
 
 
 def _write_record(ckpt):
