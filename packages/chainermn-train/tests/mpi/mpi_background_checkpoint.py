@@ -230,7 +230,7 @@ def test_a_write_that_does_not_finish_in_time_is_reported_not_dropped(path):
     comm.allreduce_obj(0)
 
 
-def _trainer_with_checkpointer(path, stop, every):
+def _trainer_with_checkpointer(path, stop, saves):
     import chainer.functions as F
     import chainer.links as L
     import chainermn_train
@@ -247,12 +247,16 @@ def _trainer_with_checkpointer(path, stop, every):
     trainer = chainer.training.Trainer(updater, (stop, 'iteration'), out=os.path.join(path, 'out'))
     cp = create_multi_node_checkpointer('tr', comm, path=path, cp_interval=5, gc_interval=5)
     assert cp.background   # the default
-    trainer.extend(cp, trigger=(every, 'iteration'))
+    trainer.extend(cp, trigger=chainer.training.triggers.ManualScheduleTrigger(saves, 'iteration'))
     return trainer, cp
 
 
 def test_the_extension_agrees_on_a_write_within_an_iteration_of_its_end(path):
-    trainer, cp = _trainer_with_checkpointer(path, stop=14, every=5)
+    # Saves at 5 and 10; training goes on until the ranks agreed on 10 (the trigger's poll:
+    # ``_armed`` is the same on every rank), however long its write takes on a loaded machine.
+    trainer, cp = _trainer_with_checkpointer(path, stop=10000, saves=[5, 10])
+    trainer.stop_trigger = lambda t: t.updater.iteration >= 10000 or (
+        t.updater.iteration > 10 and not cp._armed)
     seen = []
 
     def observe(t):   # after the checkpointer's trigger (which polls) every iteration
@@ -263,21 +267,21 @@ def test_the_extension_agrees_on_a_write_within_an_iteration_of_its_end(path):
 
     trainer.extend(observe, trigger=(1, 'iteration'), priority=0)
     trainer.run()
+    assert trainer.updater.iteration < 10000, seen[-1]
     for save in (5, 10):
         # The first iteration (from the save on) at which every rank's write had finished: the
         # poll of the next iteration at the latest agrees on it and records it complete.
         done = next(i for i, finished, _, _ in seen if i >= save and finished)
         agreed = next(i for i, _, ags, _ in seen if save in ags)
-        assert save <= agreed <= done + 1, (save, seen)
+        assert save <= agreed <= done + 1, (save, done, agreed, seen)
         assert save in next(recs for i, _, _, recs in seen if i == agreed), seen
-        assert agreed < save + 5, seen   # by the poll, not by the next save's settle
     st = cp.get_stats()
-    assert st['polls'] >= 2 and st['failed_saves'] == 0, st
+    assert st['polls'] >= 1 and st['failed_saves'] == 0, st
     assert cp.local_iterations() == []   # a completed run removed its snapshots
 
 
 def test_a_failing_save_of_the_extension_is_counted_and_training_goes_on(path):
-    trainer, cp = _trainer_with_checkpointer(path, stop=17, every=5)
+    trainer, cp = _trainer_with_checkpointer(path, stop=17, saves=[5, 10, 15])
     failing = comm.size - 1
     real = _writer.write_atomically
     kept = {}
@@ -288,7 +292,7 @@ def test_a_failing_save_of_the_extension_is_counted_and_training_goes_on(path):
         return real(final, write, rank)
 
     def observe(t):
-        if 10 <= t.updater.iteration < 15 and cp.get_stats()['failed_saves']:
+        if 10 <= t.updater.iteration < 15 and cp.get_stats()['failed_saves']:   # agreed by a poll
             kept[t.updater.iteration] = cp.local_iterations()
 
     trainer.extend(observe, trigger=(1, 'iteration'), priority=0)
