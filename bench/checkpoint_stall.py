@@ -1,13 +1,15 @@
 """How long a checkpoint stops training: synchronous writes against background writes.
 
 Usage: python bench/checkpoint_stall.py [--ranks 2] [--size full|tiny] [--iters 16] [--every 4]
-       [--dir DIR]
+       [--dir DIR] [--niceness N]
 
 Each rank holds ResNet-50's parameters (bench/models.py) with Adam's state (m, v: 307 MB per
-rank at full size) and runs Adam updates as its iterations; every ``--every`` iterations it saves
-through the multi-node checkpointer the way the extension does (``settle()``, then ``save``; in
-the background, ``poll()`` every iteration until the ranks agreed on the write), first with
-``background=False``, then with the default ``background=True``.  Prints, per mode,
+rank at full size) and runs Adam updates as its iterations (the ranks meet at a small
+all-reduce after each, as data-parallel training does at its gradient all-reduce); every
+``--every`` iterations it saves through the multi-node checkpointer the way the extension does
+(``settle()``, then ``save``; in the background, ``poll()`` every iteration until the ranks agreed
+on the write), first with ``background=False``, then with the default ``background=True``.
+Prints, per mode,
 the stall per save (the time the save call keeps the rank) and the part of it spent waiting
 for the previous write (a write that had not finished by the next save: the machine had no
 CPU to spare for it), the iterations while a background write runs against the others, and
@@ -49,11 +51,15 @@ def _worker(args):
     from models import make_link, param_shapes
 
     comm = chainermn_comm.create_communicator('naive')
+    if args.niceness is not None:   # what this bench compares; the library's default otherwise
+        from chainermn_train.checkpoint import _background
+        _background.WRITER_NICENESS = args.niceness
     link = make_link(param_shapes('resnet50', args.size), seed=comm.rank)
     opt = chainer.optimizers.Adam()
     opt.setup(link)
     opt.update()   # Adam's state (m, v) exists from here
     state = _State(link, opt)
+    step = numpy.zeros(1, numpy.float32)
     results = {}
     for background in (False, True):
         path = tempfile.mkdtemp(prefix='ckpt-stall-', dir=args.dir) if comm.rank == 0 else None
@@ -66,6 +72,7 @@ def _worker(args):
             busy = cp._flight.running
             start = time.perf_counter()
             opt.update()
+            comm.allreduce(step)   # the ranks meet every iteration, as at the gradient all-reduce
             if saved is not None and cp.poll():   # what the extension's trigger does
                 lags.append(it - saved)
                 saved = None
@@ -146,13 +153,16 @@ def main():
     p.add_argument('--iters', type=int, default=16)
     p.add_argument('--every', type=int, default=4)
     p.add_argument('--dir', default=None, help='where the snapshots go (default: the temp dir)')
+    p.add_argument('--niceness', type=int, default=None,
+                   help='niceness the writer thread adds (default: the library\'s WRITER_NICENESS)')
     p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return _worker(args)
     from chainermn_comm.testing import run_mpi
     res = run_mpi([os.path.abspath(__file__), '--worker', '--size', args.size, '--iters',
-                   str(args.iters), '--every', str(args.every)] + (['--dir', args.dir] if args.dir else []),
+                   str(args.iters), '--every', str(args.every)] + (['--dir', args.dir] if args.dir else [])
+                  + (['--niceness', str(args.niceness)] if args.niceness is not None else []),
                   args.ranks, timeout=900)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith('RESULT ')]
     if res.returncode != 0 or not line:

@@ -164,7 +164,9 @@ def settle(ckpt):
     """Wait for this rank's write in flight, agree on every rank's, and record complete generations.
 
     Collective: every rank calls it at the same point (the extension does before each save;
-    the preemption handler after its save).  A generation is recorded complete when every
+    the preemption handler after its save): an all-reduce of two integers, then, only when some
+    rank saved since the last agreement, the gather of every rank's outcomes.  A generation is
+    recorded complete when every
     rank's write of it finished.  A save that failed on any rank is reported once for the job
     (naming the ranks and why), counted, and the files the other ranks wrote of it are
     removed: the newest complete generation stays and the next save tries again.
@@ -173,6 +175,23 @@ def settle(ckpt):
     if not ckpt.background:
         return   # synchronous saves: each was durable (or raised) before save returned
     drain(ckpt)
+    if not int(_flags(ckpt, False, bool(ckpt._pending))[1]):
+        return None   # no rank saved since the last agreement
+    return _agree(ckpt)
+
+
+def _flags(ckpt, running, unsettled):
+    """Return ``[any rank's write running, any rank's save unsettled]`` (collective, two integers).
+
+    An all-reduce, never an object collective: a rank that skipped a collective of the program's
+    (e.g. an evaluator called on one rank only) is told so by the guard, not fed another's objects.
+    """
+    return numpy.asarray(ckpt.comm.allreduce(numpy.array([running, unsettled], numpy.int32),
+                                             op='max'))
+
+
+def _agree(ckpt):
+    """Gather every rank's outcomes, record the complete generations, report the failed saves."""
     mine = [(o.iteration, o.ok, o.why()) for o in ckpt._pending]
     ckpt._pending = []
     kill_point('before-agreement', ckpt.comm.rank)
@@ -224,16 +243,16 @@ def poll(ckpt):
     unsettled = flight.busy or bool(ckpt._pending)
     if flight.busy and not running:
         kill_point('before-poll', ckpt.comm.rank)   # this rank's write is durable; not yet told
-    flags = numpy.asarray(ckpt.comm.allreduce(numpy.array([running, unsettled], numpy.int32),
-                                              op='max'))
+    flags = _flags(ckpt, running, unsettled)
     st = ckpt._stats
     st['polls'] += 1
     st['poll_seconds'] += time.perf_counter() - start
     if int(flags[0]):
         return False
-    if int(flags[1]):
-        settle(ckpt)
     ckpt._armed = False
+    if int(flags[1]):
+        drain(ckpt)   # no rank's write runs (the flags say so): its outcome is collected at once
+        _agree(ckpt)
     return True
 
 
