@@ -73,8 +73,9 @@ def test_kill_at_every_point_of_the_poll_resumes_from_the_newest_complete_genera
     # The agreement reached by polling every iteration (the extension's way): a rank killed after
     # its write is durable but before it told the others (before-poll), before the agreement, or
     # before or after its own record (the other rank's record written or not).  On the same disks
-    # 15 loads when every rank's file of it is there (always, from the agreement on).  With rank 1's disk lost (its files and record
-    # gone; resumed at 1 rank) 15 loads exactly when rank 0's record says it is complete.
+    # 15 loads when every rank's file of it is there (always, from the agreement on).  With rank
+    # 1's disk lost (its files and record gone; resumed at 1 rank) 15 loads exactly when rank 0's
+    # record says it is complete.
     cases = ['before-poll@1', 'before-poll@0', 'before-agreement@1', 'before-agreement@0',
              'before-record@0', 'after-record@0', 'before-record@1', 'after-record@1']
     loaded, lost = {}, {}

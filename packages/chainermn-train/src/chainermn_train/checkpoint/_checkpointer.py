@@ -3,10 +3,9 @@
 Files are named ``<name>.<rank>.<iteration>`` (NumPy ``.npz`` content written by Chainer's
 serializers, with no pickled object: see ``_safe_npz``).  By default a save copies the snapshot
 into host buffers and a background thread writes it (``_saving``); ``settle`` agrees which
-generations every rank finished (``_complete``), and the extension's trigger polls every iteration
-while a write is unsettled, so that the agreement comes within an iteration or two of the write's
-end (``poll``).  Every file is written through
-``chainermn_comm.safe_files``: a new file under an unpredictable name in the same directory,
+generations every rank finished (``_complete``), also polled for every iteration while a write is
+unsettled (``poll``).  Every file is written through ``chainermn_comm.safe_files``: a new file
+under an unpredictable name in the same directory,
 flushed, ``fsync``-ed and renamed over the final name (then the directory is ``fsync``-ed), so a
 crash mid-write never leaves a file under a final name and a name planted by someone else is never
 followed.  ``save`` is local to the rank (no communication), so it may be called at different
@@ -45,7 +44,6 @@ extension it also compares the model's parameters across ranks (``chainermn_trai
 """
 
 import os
-import sys
 import time
 import warnings
 
@@ -89,8 +87,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             their files (only for a directory you really share with people you trust).  None:
             ``$CHAINERMN_TRUST_SHARED`` decides.
         background (bool): a save copies the snapshot into host buffers and a background thread
-            writes it while training goes on (default); a failing save is reported and counted,
-            not raised.  False: each save is written (or raises) before it returns.
+            writes it (default; a failing save is reported and counted).  False: written (or
+            raised) before ``save`` returns.
         write_timeout (float): longest wait (seconds) for the write in flight; then it is reported.
     """
 
@@ -272,8 +270,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def initialize(self, trainer):
         self._trainer = trainer
-        if self.background:   # agree on each write within an iteration or two of its end
-            _saving.follow(self, trainer)
+        _saving.follow(self, trainer)   # background: agree on each write soon after its end
 
     def save(self, obj, iteration=None):
         """Write this rank's snapshot of ``obj`` (a Trainer or any serializable object) atomically.
@@ -290,21 +287,17 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             return _saving.save_sync(self, obj, iteration)
 
     def settle(self):
-        """Wait for this rank's write in flight, agree on every rank's, and record complete generations.
+        """Wait for this rank's write, agree on every rank's, record complete generations; return the newest.
 
-        Collective: every rank calls it at the same point (the extension does before each save;
-        the preemption handler after its save).  Returns the newest generation it found
-        complete, or None.  See ``_saving.settle``.
+        Collective (every rank at the same point; None when none was found complete): ``_saving.settle``.
         """
         return _saving.settle(self)
 
     def poll(self):
-        """Settle once every rank's write in flight finished; return whether nothing is left unsettled.
+        """Settle once no rank's write is still running; return whether nothing is left unsettled.
 
-        Collective, and cheap while a write is still running (one all-reduce of two integers): for
-        loops without a trainer, call it on every rank at the same point (e.g. every iteration)
-        after saves made on every rank.  A trainer's checkpointer extension polls by itself every
-        iteration while a save of it is unsettled.  See ``_saving.poll``.
+        Collective and cheap (``_saving.poll``): a loop without a trainer calls it on every rank at
+        the same point, e.g. every iteration; the extension's trigger polls by itself.
         """
         return _saving.poll(self)
 
@@ -373,11 +366,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return loaded
 
     def _prepare_load(self):
-        """Check the directory and this job's claim on every rank, together; remove stale temporaries.
-
-        First every write in flight of this process ends (this checkpointer's, collected, and any
-        other's, e.g. a checkpointer that saved the snapshots about to be loaded).
-        """
+        """Wait for this process's writes in flight; check the directory and claim (all ranks); tidy up."""
         self._drain()
         _background.join_others(self._flight, self.write_timeout)
         _policy.agree(self.comm, self._readiness_problem())
@@ -389,23 +378,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if target is not None:
             _fingerprint.check_same_parameters(self.comm, target, 'the checkpointer')
 
-    # -- end of training --------------------------------------------------------------
     def on_error(self, trainer, exc, tb):
         self._failed = True
 
     def _completed(self):
-        if self._failed or sys.exc_info()[0] is not None:
-            return False
-        trainer = self._trainer
-        if trainer is None:
-            return True
-        length = getattr(trainer.stop_trigger, 'get_training_length', None)
-        if length is None:
-            return True
-        period, unit = length()
-        if unit == 'iteration':
-            return trainer.updater.iteration >= period
-        return trainer.updater.epoch_detail >= period
+        return _saving.completed(self)
 
     def finalize(self):
         """Wait for the write in flight; remove this rank's snapshots after a completed run; let go.
@@ -458,8 +435,8 @@ def create_multi_node_checkpointer(name, comm, cp_interval=5, gc_interval=5, pat
     """Create a multi-node checkpointer (snapshots ``<name>.<rank>.<iteration>`` under ``path``).
 
     Collective.  ``background=True`` (default) copies each snapshot into host buffers and writes
-    it from a background thread while training goes on (a failing save is reported and counted,
-    training goes on); ``background=False`` writes it before ``save`` returns (or raises).
+    it from a background thread while training goes on; ``background=False`` writes it before
+    ``save`` returns.
     ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you trust);
     None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts a
     directory other users can write (only one you really share); None: ``$CHAINERMN_TRUST_SHARED``.

@@ -14,6 +14,7 @@ settle.  A failure no agreement will see (at the end of the job) is reported by 
 (``report_alone``).  Everything here but ``settle`` and ``poll`` is local to the rank.
 """
 
+import sys
 import time
 import warnings
 
@@ -27,7 +28,7 @@ from chainermn_train.checkpoint._background import kill_point
 from chainermn_train.checkpoint._policy import CheckpointWarning
 
 __all__ = ['save_sync', 'save_background', 'flight_iteration', 'drain', 'report_alone', 'settle',
-           'poll', 'PollingTrigger', 'follow', 'finish', 'complete_floor']
+           'poll', 'PollingTrigger', 'follow', 'finish', 'completed', 'complete_floor']
 
 def _iteration_of(obj):
     if isinstance(obj, chainer.training.Trainer):
@@ -281,7 +282,9 @@ class PollingTrigger:
 
 
 def follow(ckpt, trainer):
-    """Make the trigger of ``ckpt``'s entry in ``trainer`` a :class:`PollingTrigger` (once)."""
+    """Make the trigger of ``ckpt``'s entry in ``trainer`` a :class:`PollingTrigger` (background: once)."""
+    if not ckpt.background:
+        return
     for entry in trainer._extensions.values():
         if entry.extension is ckpt and not isinstance(entry.trigger, PollingTrigger):
             entry.trigger = PollingTrigger(entry.trigger, ckpt)
@@ -309,6 +312,22 @@ def complete_floor(ckpt, files, meta_of):
         isinstance(meta_of(it, r), dict) and meta_of(it, r).get('world_size') == size
         for r in range(size))]
     return max(list(ckpt._committed) + seen + [-1])
+
+
+def completed(ckpt):
+    """Return whether the run ended as planned: no error, and the trainer's stop reached (if any)."""
+    if ckpt._failed or sys.exc_info()[0] is not None:
+        return False
+    trainer = ckpt._trainer
+    if trainer is None:
+        return True
+    length = getattr(trainer.stop_trigger, 'get_training_length', None)
+    if length is None:
+        return True
+    period, unit = length()
+    if unit == 'iteration':
+        return trainer.updater.iteration >= period
+    return trainer.updater.epoch_detail >= period
 
 
 def finish(ckpt):
