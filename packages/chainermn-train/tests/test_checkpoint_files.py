@@ -359,3 +359,31 @@ def test_arrays_are_written_as_numpy_savez_writes_them():
         numpy.savez(want, **arrays)
         _safe_npz.write_arrays(got, arrays)
     assert got.getvalue() == want.getvalue()
+
+
+def test_the_writer_thread_yields_to_training_until_training_waits_for_it():
+    import threading
+    from chainermn_train.checkpoint import _background
+    flight = _background.InFlight()
+    seen = []
+
+    class File:
+        def write(self, data):
+            seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            return len(data)
+
+    def write():
+        f = flight.file(File())
+        f.write(b'while training runs')
+        while not flight._hurry:   # until the rank waits for the write
+            threading.Event().wait(0.01)
+        f.write(b'while training waits')
+        return 2
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    flight.start(1, write)
+    outcome = flight.wait(60)
+    assert outcome.ok and outcome.size == 2
+    assert seen[0] == min(19, base + _background.WRITER_NICENESS), seen
+    if os.geteuid() == 0:   # raising a priority again needs the privilege
+        assert seen[1] == base, seen

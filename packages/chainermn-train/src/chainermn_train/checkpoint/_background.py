@@ -1,6 +1,7 @@
 """The one snapshot write in flight: a background thread writes it, the checkpointer waits for it.
 
-The thread runs at a lower CPU priority than training (:data:`WRITER_NICENESS`).
+The thread runs at a lower CPU priority than training (:data:`WRITER_NICENESS`) and, where the
+system allows it, gets its priority back once training waits for it (:class:`_Hurried`).
 
 :class:`InFlight` runs one write at a time on a daemon thread and keeps its outcome (the
 iteration, the bytes written or the error) until the checkpointer collects it with :meth:`wait`,
@@ -75,13 +76,40 @@ _LIVE = weakref.WeakSet()
 
 
 def _lower_priority():
-    """Lower the calling thread's CPU priority (where the system lets a thread do so)."""
+    """Lower the calling thread's CPU priority (where the system lets a thread do so).
+
+    Return ``(thread id, niceness before)`` (for :class:`_Hurried`), or None.
+    """
     try:
         tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid)
-                                                 + WRITER_NICENESS))
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, before + WRITER_NICENESS))
+        return tid, before
     except (AttributeError, OSError):
-        pass
+        return None
+
+
+class _Hurried:
+    """The writer's file: once training waits for the write, its next write gives the thread back
+    its niceness (the rank does nothing else then; raising a priority needs privileges an ordinary
+    user may lack, and then the write goes on as it was)."""
+
+    def __init__(self, f, flight):
+        self._f = f
+        self._flight = flight
+
+    def write(self, data):
+        flight = self._flight
+        if flight._hurry and flight._lowered is not None:
+            lowered, flight._lowered = flight._lowered, None
+            try:
+                os.setpriority(os.PRIO_PROCESS, *lowered)   # this thread's own id
+            except OSError:
+                pass
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
 
 
 def join_others(flight, timeout):
@@ -108,6 +136,8 @@ class InFlight:
         self._outcome = None
         self._iteration = None
         self._started = None
+        self._lowered = None   # (thread id, niceness before) of the writer thread
+        self._hurry = False    # training waits for the write in flight
         _LIVE.add(self)
 
     @property
@@ -127,9 +157,10 @@ class InFlight:
         self._iteration = iteration
         self._outcome = None
         self._started = time.monotonic()
+        self._lowered, self._hurry = None, False
 
         def run():
-            _lower_priority()
+            self._lowered = _lower_priority()
             start = time.monotonic()
             try:
                 size = write()
@@ -141,10 +172,15 @@ class InFlight:
         self._thread = threading.Thread(target=run, name='chainermn-checkpoint-writer', daemon=True)
         self._thread.start()
 
+    def file(self, f):
+        """Return ``f`` as the write's file: it hurries once training waits (see :class:`_Hurried`)."""
+        return _Hurried(f, self)
+
     def join(self, timeout):
         """Wait (bounded) for the write in flight to end; its outcome stays for :meth:`wait`."""
         thread = self._thread
         if thread is not None:
+            self._hurry = True
             thread.join(timeout)
 
     def wait(self, timeout):
@@ -156,6 +192,7 @@ class InFlight:
         thread = self._thread
         if thread is None:
             return None
+        self._hurry = True
         thread.join(timeout)
         if thread.is_alive():
             return Outcome(self._iteration, seconds=time.monotonic() - self._started, finished=False)

@@ -102,8 +102,9 @@ def save_background(ckpt, obj, iteration):
     arrays = _safe_npz.to_arrays(ckpt._staging.copy(_staging.capture(obj)), meta)
     kill_point('after-copy', ckpt.comm.rank)
     rank = ckpt.comm.rank
-    ckpt._flight.start(iteration, lambda: _writer.write_atomically(
-        final, lambda f: _safe_npz.write_arrays(f, arrays), rank))
+    flight = ckpt._flight
+    flight.start(iteration, lambda: _writer.write_atomically(
+        final, lambda f: _safe_npz.write_arrays(flight.file(f), arrays), rank))
     ckpt._counter = iteration
     ckpt._saves_since_gc += 1
     if ckpt._saves_since_gc >= ckpt.gc_interval:
