@@ -168,10 +168,9 @@ def settle(ckpt):
     Collective: every rank calls it at the same point (the extension does before each save;
     the preemption handler after its save): an all-reduce of two integers, then, only when some
     rank saved since the last agreement, the gather of every rank's outcomes.  A generation is
-    recorded complete when every
-    rank's write of it finished.  A save that failed on any rank is reported once for the job
-    (naming the ranks and why), counted, and the files the other ranks wrote of it are
-    removed: the newest complete generation stays and the next save tries again.
+    recorded complete when every rank's write of it finished.  A save that failed on any rank is
+    reported once for the job (naming the ranks and why), counted, and the files the other ranks
+    wrote of it are removed: the newest complete generation stays and the next save tries again.
     """
     ckpt._armed = False   # every rank settles here: nothing is left for the poll
     if not ckpt.background:
