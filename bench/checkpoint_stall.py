@@ -1,16 +1,20 @@
 """How long a checkpoint stops training: synchronous writes against background writes.
 
 Usage: python bench/checkpoint_stall.py [--ranks 2] [--size full|tiny] [--iters 16] [--every 4]
-       [--dir DIR]
+       [--dir DIR] [--niceness N]
 
 Each rank holds ResNet-50's parameters (bench/models.py) with Adam's state (m, v: 307 MB per
-rank at full size) and runs Adam updates as its iterations; every ``--every`` iterations it saves
-through the multi-node checkpointer the way the extension does (``settle()``, then ``save``),
-first with ``background=False``, then with the default ``background=True``.  Prints, per mode,
+rank at full size) and runs Adam updates as its iterations (the ranks meet at a small
+all-reduce after each, as data-parallel training does at its gradient all-reduce); every
+``--every`` iterations it saves through the multi-node checkpointer the way the extension does
+(``settle()``, then ``save``; in the background, ``poll()`` every iteration until the ranks agreed
+on the write), first with ``background=False``, then with the default ``background=True``.
+Prints, per mode,
 the stall per save (the time the save call keeps the rank) and the part of it spent waiting
 for the previous write (a write that had not finished by the next save: the machine had no
 CPU to spare for it), the iterations while a background write runs against the others, and
-the ratios.  Keep it short on a shared machine.
+the ratios, and how many iterations after its save each background write was agreed on and
+what a poll costs.  Keep it short on a shared machine.
 """
 
 import argparse
@@ -47,22 +51,31 @@ def _worker(args):
     from models import make_link, param_shapes
 
     comm = chainermn_comm.create_communicator('naive')
+    if args.niceness is not None:   # what this bench compares; the library's default otherwise
+        from chainermn_train.checkpoint import _background
+        _background.WRITER_NICENESS = args.niceness
     link = make_link(param_shapes('resnet50', args.size), seed=comm.rank)
     opt = chainer.optimizers.Adam()
     opt.setup(link)
     opt.update()   # Adam's state (m, v) exists from here
     state = _State(link, opt)
+    step = numpy.zeros(1, numpy.float32)
     results = {}
     for background in (False, True):
         path = tempfile.mkdtemp(prefix='ckpt-stall-', dir=args.dir) if comm.rank == 0 else None
         path = comm.bcast_obj(path)
         cp = create_multi_node_checkpointer('stall', comm, path=path, background=background,
                                             cp_interval=2, gc_interval=1)
-        stalls, waits, during, others = [], [], [], []
+        stalls, waits, during, others, lags = [], [], [], [], []
+        saved = None   # the iteration of the save not agreed on yet
         for it in range(1, args.iters + 1):
             busy = cp._flight.running
             start = time.perf_counter()
             opt.update()
+            comm.allreduce(step)   # the ranks meet every iteration, as at the gradient all-reduce
+            if saved is not None and cp.poll():   # what the extension's trigger does
+                lags.append(it - saved)
+                saved = None
             took = time.perf_counter() - start
             busy = busy or cp._flight.running   # the write ran during some of this iteration
             if it > 1:   # the first one warms caches up
@@ -74,13 +87,24 @@ def _worker(args):
                 cp.save(state, iteration=it)
                 stalls.append(time.perf_counter() - start)
                 waits.append(cp.get_stats()['wait_seconds'] - waited)
+                saved = it if background else None
         cp.settle()
+        polls = cp.get_stats()['polls']
+        poll_s = cp.get_stats()['poll_seconds'] / polls if polls else 0.0
+        idle = []
+        if background:   # a poll's own cost: nothing in flight, the ranks in step
+            for _ in range(50):
+                comm.mpi_comm.Barrier()
+                start = time.perf_counter()
+                cp.poll()
+                idle.append(time.perf_counter() - start)
         cp.finalize()
         comm.allreduce_obj(0)
         if comm.rank == 0:
             shutil.rmtree(path, ignore_errors=True)
         results['background' if background else 'sync'] = {
             'stalls': stalls, 'waits': waits, 'during': during, 'others': others,
+            'lags': lags, 'polls': polls, 'poll_s': poll_s, 'poll_idle_s': idle,
             'bytes': cp.get_stats()['bytes_saved'] // max(1, cp.get_stats()['saves'])}
     views = comm.gather_obj(results)
     if comm.rank == 0:
@@ -112,6 +136,14 @@ def _report(views, args):
     print('stall per save, background / sync: {:.3f} ({:.3f} s / {:.3f} s; target <= 0.15); '
           'iterations during a background write / others: {:.2f} (target <= 1.10)'.format(
               bg / sync, bg, sync, med([x for m, _, x in rows if m == 'background'])))
+    lags = [x for view in views for x in view['background']['lags']]
+    print('agreement on a background write: {} iteration(s) after its save (median; max {}); a poll '
+          '(one all-reduce of two integers) every iteration while it runs: {:.1f} us on average '
+          '({} polls; waiting for the other rank included), {:.1f} us alone (median of 50 with the '
+          'ranks in step)'.format(med(lags), max(lags) if lags else 'n/a',
+                                  1e6 * med([v['background']['poll_s'] for v in views]),
+                                  sum(v['background']['polls'] for v in views),
+                                  1e6 * med([x for v in views for x in v['background']['poll_idle_s']])))
 
 
 def main():
@@ -121,13 +153,16 @@ def main():
     p.add_argument('--iters', type=int, default=16)
     p.add_argument('--every', type=int, default=4)
     p.add_argument('--dir', default=None, help='where the snapshots go (default: the temp dir)')
+    p.add_argument('--niceness', type=int, default=None,
+                   help='niceness the writer thread adds (default: the library\'s WRITER_NICENESS)')
     p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return _worker(args)
     from chainermn_comm.testing import run_mpi
     res = run_mpi([os.path.abspath(__file__), '--worker', '--size', args.size, '--iters',
-                   str(args.iters), '--every', str(args.every)] + (['--dir', args.dir] if args.dir else []),
+                   str(args.iters), '--every', str(args.every)] + (['--dir', args.dir] if args.dir else [])
+                  + (['--niceness', str(args.niceness)] if args.niceness is not None else []),
                   args.ranks, timeout=900)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith('RESULT ')]
     if res.returncode != 0 or not line:

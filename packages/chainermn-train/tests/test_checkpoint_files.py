@@ -344,3 +344,46 @@ def test_members_of_unknown_size_are_bounded_only_when_inflated(tmp_path, monkey
         f.write((len(members[n]) + 1).to_bytes(4, 'little'))
     with pytest.raises(_safe_npz.MemberTooLarge, match='is stored with'):
         _safe_npz.read(forged)
+
+
+def test_arrays_are_written_as_numpy_savez_writes_them():
+    # Large contiguous arrays go to the file from their own memory, in pieces; the bytes are savez's.
+    import io
+    from unittest import mock
+    arrays = {'big': numpy.arange(5 << 20, dtype=numpy.int64).reshape(5, -1),   # 40 MiB: 3 pieces
+              'strided': numpy.ones((2000, 300))[:, ::2], 'small': numpy.arange(7, dtype=numpy.float16),
+              'scalar': numpy.float64(0.1), 'text': numpy.array('log'), 'empty': numpy.zeros((0, 3)),
+              'flags': numpy.ones(3 << 20, numpy.bool_)}
+    want, got = io.BytesIO(), io.BytesIO()
+    with mock.patch.object(zipfile.time, 'time', lambda: 1e9):   # the same date in both
+        numpy.savez(want, **arrays)
+        _safe_npz.write_arrays(got, arrays)
+    assert got.getvalue() == want.getvalue()
+
+
+def test_the_writer_thread_yields_to_training_until_training_waits_for_it():
+    import threading
+    from chainermn_train.checkpoint import _background
+    flight = _background.InFlight()
+    seen = []
+
+    class File:
+        def write(self, data):
+            seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            return len(data)
+
+    def write():
+        f = flight.file(File())
+        f.write(b'while training runs')
+        while not flight._hurry:   # until the rank waits for the write
+            threading.Event().wait(0.01)
+        f.write(b'while training waits')
+        return 2
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    flight.start(1, write)
+    outcome = flight.wait(60)
+    assert outcome.ok and outcome.size == 2
+    assert seen[0] == min(19, base + _background.WRITER_NICENESS), seen
+    if os.geteuid() == 0:   # raising a priority again needs the privilege
+        assert seen[1] == base, seen

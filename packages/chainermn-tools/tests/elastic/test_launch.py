@@ -212,13 +212,22 @@ def test_mnist_example_survives_losing_a_node_for_good(cluster, tmp_path):
     example = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
     lost = {}
 
+    def recorded(node, rank):
+        try:
+            with open(str(ckpt / node / '.mnist.{}.complete'.format(rank))) as f:
+                return 10 in json.load(f)['iterations']
+        except (OSError, ValueError, KeyError):
+            return False
+
     def lose_nodeb(proc):
-        # Generation 10 is complete once every rank's file of it is on disk (each appears by os.replace).
-        # Waiting for nodeb's files alone races: nodea's ranks may still be writing theirs, and losing
-        # nodeb then rightly falls back to generation 5.
+        # Generation 10 is complete once every rank's file of it is on disk (each appears by os.replace)
+        # and, written in the background (the default), once the ranks agreed on it: nodea's records
+        # say so (the agreement comes within an iteration or two of the last write's end).  Without
+        # the record, nodea's files alone cannot tell that nodeb's writes finished, and losing nodeb
+        # then rightly falls back to generation 5.
         targets = [ckpt / node / 'mnist.{}.10'.format(rank)
                    for node, ranks in (('nodea', (0, 1)), ('nodeb', (2, 3))) for rank in ranks]
-        while not all(t.exists() for t in targets):
+        while not (all(t.exists() for t in targets) and recorded('nodea', 0) and recorded('nodea', 1)):
             assert proc.poll() is None, 'the launcher ended before generation 10 was complete'
             time.sleep(0.01)
         open(os.path.join(down, 'nodeb'), 'w').close()   # its link is down: probes fail from now on

@@ -1,8 +1,11 @@
 """A job killed at one point of a background save, and the job that resumes after it.
 
-Run by test_background_checkpoint_mpi.py at 2 ranks: ``write PATH POINT@RANK`` saves iterations
-5 and 10 (agreed complete), arms the kill hook, saves 15 and agrees on it (the process named is
-SIGKILLed at that point, so the job ends there); ``resume PATH`` loads and prints what it loaded.
+Run by test_background_checkpoint_mpi.py at 2 ranks: ``write PATH POINT@RANK HOW`` saves
+iterations 5 and 10 (agreed complete), arms the kill hook, saves 15 and agrees on it (the process
+named is SIGKILLed at that point, so the job ends there), with ``settle`` (as at the next save) or
+with ``poll`` every iteration (as the extension's trigger does); ``resume PATH [WANT]`` loads (at any
+number of ranks), checks it loaded WANT (default: 15 when every rank's file of it is there, else
+10) and prints what it loaded.
 """
 
 import os
@@ -23,7 +26,7 @@ class Model(chainer.Link):
             self.W = chainer.Parameter(numpy.zeros((256, 256), numpy.float32))
 
 
-def write(comm, path, arm):
+def write(comm, path, arm, how):
     cp = create_multi_node_checkpointer('k', comm, path=path, cp_interval=1, gc_interval=1, background=True)
     model = Model()
     for it in (5, 10):
@@ -36,16 +39,22 @@ def write(comm, path, arm):
     model.W.array[...] = 15
     cp.save(model, iteration=15)
     model.W.array[...] = -1
-    cp.settle()
+    if how == 'poll':
+        while not cp.poll():   # each poll stands for a training iteration
+            model.W.array[...] -= 1
+    else:
+        cp.settle()
     print('DONE rank', comm.rank, flush=True)
 
 
-def resume(comm, path):
-    complete15 = all(os.path.exists(os.path.join(path, 'k.{}.15'.format(r))) for r in range(comm.size))
+def resume(comm, path, want=None):
+    if want is None:
+        complete15 = all(os.path.exists(os.path.join(path, 'k.{}.15'.format(r)))
+                         for r in range(comm.size))
+        want = 15 if complete15 else 10
     cp = create_multi_node_checkpointer('k', comm, path=path, cp_interval=1, gc_interval=1, background=True)
     model = Model()
     got = cp.maybe_load(model)
-    want = 15 if complete15 else 10
     assert got == want, (got, want)
     assert (model.W.array == want).all(), model.W.array[0, :4]
     comm.allreduce_obj(0)
@@ -58,9 +67,9 @@ def resume(comm, path):
 def main():
     comm = chainermn_comm.create_communicator('naive')
     if sys.argv[1] == 'write':
-        write(comm, sys.argv[2], sys.argv[3])
+        write(comm, sys.argv[2], sys.argv[3], sys.argv[4])
     else:
-        resume(comm, sys.argv[2])
+        resume(comm, sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else None)
 
 
 if __name__ == '__main__':

@@ -228,3 +228,85 @@ def test_a_write_that_does_not_finish_in_time_is_reported_not_dropped(path):
             cp.finalize()   # waits for the write in flight, which now finishes
     assert not cp._flight.busy
     comm.allreduce_obj(0)
+
+
+def _trainer_with_checkpointer(path, stop, saves):
+    import chainer.functions as F
+    import chainer.links as L
+    import chainermn_train
+    rs = numpy.random.RandomState(3)
+    model = L.Linear(4, 3, initialW=rs.standard_normal((3, 4)).astype(numpy.float32))
+    x = rs.standard_normal((16, 4)).astype(numpy.float32)
+    y = rs.standard_normal((16, 3)).astype(numpy.float32)
+    opt = chainermn_train.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+    opt.setup(model)
+    it = chainer.iterators.SerialIterator(list(zip(x, y)), 2, shuffle=False)
+    updater = chainer.training.updaters.StandardUpdater(
+        it, opt, converter=chainer.dataset.concat_examples,
+        loss_func=lambda xb, yb: F.mean_squared_error(model(xb), yb))
+    trainer = chainer.training.Trainer(updater, (stop, 'iteration'), out=os.path.join(path, 'out'))
+    cp = create_multi_node_checkpointer('tr', comm, path=path, cp_interval=5, gc_interval=5)
+    assert cp.background   # the default
+    trainer.extend(cp, trigger=chainer.training.triggers.ManualScheduleTrigger(saves, 'iteration'))
+    return trainer, cp
+
+
+def test_the_extension_agrees_on_a_write_within_an_iteration_of_its_end(path):
+    # Saves at 5 and 10; training goes on until the ranks agreed on 10 (the trigger's poll:
+    # ``_armed`` is the same on every rank), however long its write takes on a loaded machine.
+    trainer, cp = _trainer_with_checkpointer(path, stop=10000, saves=[5, 10])
+    trainer.stop_trigger = lambda t: t.updater.iteration >= 10000 or (
+        t.updater.iteration > 10 and not cp._armed)
+    seen = []
+
+    def observe(t):   # after the checkpointer's trigger (which polls) every iteration
+        finished = all(comm.allgather_obj(not cp._flight.running))
+        agreed = [it for it in (5, 10) if it in cp._committed]
+        seen.append((t.updater.iteration, finished, agreed,
+                     sorted(i for _, i in _complete.read_records(path, 'tr'))))
+
+    trainer.extend(observe, trigger=(1, 'iteration'), priority=0)
+    trainer.run()
+    assert trainer.updater.iteration < 10000, seen[-1]
+    for save in (5, 10):
+        # The first iteration (from the save on) at which every rank's write had finished: the
+        # poll of the next iteration at the latest agrees on it and records it complete.
+        done = next(i for i, finished, _, _ in seen if i >= save and finished)
+        agreed = next(i for i, _, ags, _ in seen if save in ags)
+        assert save <= agreed <= done + 1, (save, done, agreed, seen)
+        assert save in next(recs for i, _, _, recs in seen if i == agreed), seen
+    st = cp.get_stats()
+    assert st['polls'] >= 1 and st['failed_saves'] == 0, st
+    assert cp.local_iterations() == []   # a completed run removed its snapshots
+
+
+def test_a_failing_save_of_the_extension_is_counted_and_training_goes_on(path):
+    trainer, cp = _trainer_with_checkpointer(path, stop=17, saves=[5, 10, 15])
+    failing = comm.size - 1
+    real = _writer.write_atomically
+    kept = {}
+
+    def full_at_10(final, write, rank=None):
+        if final.endswith('.10'):
+            raise OSError(28, 'No space left on device', final)
+        return real(final, write, rank)
+
+    def observe(t):
+        if 10 <= t.updater.iteration < 15 and cp.get_stats()['failed_saves']:   # agreed by a poll
+            kept[t.updater.iteration] = cp.local_iterations()
+
+    trainer.extend(observe, trigger=(1, 'iteration'), priority=0)
+    with mock.patch.object(_writer, 'write_atomically', full_at_10 if comm.rank == failing else real):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            trainer.run()
+    said = [str(w.message) for w in caught]
+    failed = [s for s in said if 'iteration 10 failed on rank(s) {} (OSError'.format(failing) in s]
+    counted = [s for s in said if '1 save(s) of the job failed' in s]
+    if comm.rank == 0:
+        assert len(failed) == 1 and 'newest complete generation (iteration 5) stays' in failed[0], said
+        assert len(counted) == 1, said
+    else:
+        assert failed == [] and counted == [], said
+    assert all(v == [5] for v in kept.values()), kept   # 10 failed: 5 stays, alone on disk
+    assert trainer.updater.iteration == 17 and cp.get_stats()['failed_saves'] == 1

@@ -1,6 +1,7 @@
 """The one snapshot write in flight: a background thread writes it, the checkpointer waits for it.
 
-The thread runs at a lower CPU priority than training (:data:`WRITER_NICENESS`).
+The thread runs at a lower CPU priority than training (:data:`WRITER_NICENESS`) and, where the
+system allows it, gets its priority back once training waits for it (:class:`_Hurried`).
 
 :class:`InFlight` runs one write at a time on a daemon thread and keeps its outcome (the
 iteration, the bytes written or the error) until the checkpointer collects it with :meth:`wait`,
@@ -20,14 +21,15 @@ import time
 import weakref
 
 __all__ = ['InFlight', 'Outcome', 'KILL_POINTS', 'kill_at', 'kill_point', 'EXIT_WAIT_SECONDS',
-           'WRITER_NICENESS']
+           'WRITER_NICENESS', 'join_others']
 
 #: Test hook (the crash tests set it): ``'POINT'`` or ``'POINT@RANK'`` kills this process
 #: (SIGKILL) when a save reaches that point; None (always, outside those tests): never.
 kill_at = None
-#: The points of a save at which :data:`KILL_ENV` may kill, in the order a save meets them.
+#: The points of a save at which :data:`kill_at` may kill, in the order a save meets them
+#: (``before-poll``: this rank's write is durable, it has not told the others at the poll yet).
 KILL_POINTS = ('before-copy', 'after-copy', 'mid-write', 'before-rename', 'after-rename',
-               'before-agreement', 'before-record', 'after-record')
+               'before-poll', 'before-agreement', 'before-record', 'after-record')
 #: Longest wait for the write in flight when the process exits without finalizing.
 EXIT_WAIT_SECONDS = 600.0
 
@@ -74,13 +76,50 @@ _LIVE = weakref.WeakSet()
 
 
 def _lower_priority():
-    """Lower the calling thread's CPU priority (where the system lets a thread do so)."""
+    """Lower the calling thread's CPU priority (where the system lets a thread do so).
+
+    Return ``(thread id, niceness before)`` (for :class:`_Hurried`), or None.
+    """
     try:
         tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid)
-                                                 + WRITER_NICENESS))
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, before + WRITER_NICENESS))
+        return tid, before
     except (AttributeError, OSError):
-        pass
+        return None
+
+
+class _Hurried:
+    """The writer's file: once training waits for the write, its next write gives the thread back
+    its niceness (the rank does nothing else then; raising a priority needs privileges an ordinary
+    user may lack, and then the write goes on as it was)."""
+
+    def __init__(self, f, flight):
+        self._f = f
+        self._flight = flight
+
+    def write(self, data):
+        flight = self._flight
+        if flight._hurry and flight._lowered is not None:
+            lowered, flight._lowered = flight._lowered, None
+            try:
+                os.setpriority(os.PRIO_PROCESS, *lowered)   # this thread's own id
+            except OSError:
+                pass
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def join_others(flight, timeout):
+    """Wait (bounded) for every write in flight of this process but ``flight``'s, not collecting them.
+
+    A load waits so: a snapshot this process saved through another checkpointer is on disk first.
+    """
+    for other in list(_LIVE):
+        if other is not flight:
+            other.join(timeout)
 
 
 @atexit.register
@@ -97,6 +136,8 @@ class InFlight:
         self._outcome = None
         self._iteration = None
         self._started = None
+        self._lowered = None   # (thread id, niceness before) of the writer thread
+        self._hurry = False    # training waits for the write in flight
         _LIVE.add(self)
 
     @property
@@ -116,9 +157,10 @@ class InFlight:
         self._iteration = iteration
         self._outcome = None
         self._started = time.monotonic()
+        self._lowered, self._hurry = None, False
 
         def run():
-            _lower_priority()
+            self._lowered = _lower_priority()
             start = time.monotonic()
             try:
                 size = write()
@@ -130,6 +172,17 @@ class InFlight:
         self._thread = threading.Thread(target=run, name='chainermn-checkpoint-writer', daemon=True)
         self._thread.start()
 
+    def file(self, f):
+        """Return ``f`` as the write's file: it hurries once training waits (see :class:`_Hurried`)."""
+        return _Hurried(f, self)
+
+    def join(self, timeout):
+        """Wait (bounded) for the write in flight to end; its outcome stays for :meth:`wait`."""
+        thread = self._thread
+        if thread is not None:
+            self._hurry = True
+            thread.join(timeout)
+
     def wait(self, timeout):
         """Return the :class:`Outcome` of the write in flight (None when there is none).
 
@@ -139,6 +192,7 @@ class InFlight:
         thread = self._thread
         if thread is None:
             return None
+        self._hurry = True
         thread.join(timeout)
         if thread.is_alive():
             return Outcome(self._iteration, seconds=time.monotonic() - self._started, finished=False)

@@ -3,8 +3,9 @@
 Files are named ``<name>.<rank>.<iteration>`` (NumPy ``.npz`` content written by Chainer's
 serializers, with no pickled object: see ``_safe_npz``).  By default a save copies the snapshot
 into host buffers and a background thread writes it (``_saving``); ``settle`` agrees which
-generations every rank finished (``_complete``).  Every file is written through
-``chainermn_comm.safe_files``: a new file under an unpredictable name in the same directory,
+generations every rank finished (``_complete``), also polled for every iteration while a write is
+unsettled (``poll``).  Every file is written through ``chainermn_comm.safe_files``: a new file
+under an unpredictable name in the same directory,
 flushed, ``fsync``-ed and renamed over the final name (then the directory is ``fsync``-ed), so a
 crash mid-write never leaves a file under a final name and a name planted by someone else is never
 followed.  ``save`` is local to the rank (no communication), so it may be called at different
@@ -43,7 +44,6 @@ extension it also compares the model's parameters across ranks (``chainermn_trai
 """
 
 import os
-import sys
 import time
 import warnings
 
@@ -87,8 +87,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             their files (only for a directory you really share with people you trust).  None:
             ``$CHAINERMN_TRUST_SHARED`` decides.
         background (bool): a save copies the snapshot into host buffers and a background thread
-            writes it while training goes on (default); a failing save is reported and counted,
-            not raised.  False: each save is written (or raises) before it returns.
+            writes it (default; a failing save is reported and counted).  False: written (or
+            raised) before ``save`` returns.
         write_timeout (float): longest wait (seconds) for the write in flight; then it is reported.
     """
 
@@ -96,7 +96,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     priority = chainer.training.PRIORITY_READER  # after every other extension updated its state
 
     def __init__(self, name, comm, cp_interval=5, gc_interval=5, path=None, allow_pickle=None,
-                 allow_shared=None, background=False, write_timeout=600.0):
+                 allow_shared=None, background=True, write_timeout=600.0):
         if not isinstance(name, str) or not name or os.sep in name or (os.altsep and os.altsep in name):
             raise ValueError('checkpointer name must be a non-empty string without path separators; '
                              'got {!r}'.format(name))
@@ -119,6 +119,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._flight = _background.InFlight()
         self._staging = _staging.Staging()
         self._pending = []      # outcomes of this rank's saves not agreed on yet
+        self._armed = False     # a save of the extension is unsettled: its trigger polls
         self._committed = set()  # iterations of this run every rank's write of which finished
         #: The run identity written into every snapshot (rank 0's at start; the loaded one's after
         #: a resume).
@@ -135,7 +136,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._stats = {'saves': 0, 'save_seconds': 0.0, 'bytes_saved': 0, 'loads': 0,
                        'load_seconds': 0.0, 'loaded_iteration': None, 'last_saved_iteration': None,
                        'skipped_unreadable': 0, 'refused_pickle': 0, 'files_removed': 0,
-                       'failed_saves': 0, 'wait_seconds': 0.0, 'write_seconds': 0.0}
+                       'failed_saves': 0, 'wait_seconds': 0.0, 'write_seconds': 0.0, 'polls': 0,
+                       'poll_seconds': 0.0}
         self._start()
 
     @property
@@ -264,9 +266,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._check_parameters(trainer)   # here, not in save: save is not a collective
         self.settle()   # every rank calls the extension at the same iteration
         self.save(trainer)
+        self._armed = self.background   # on every rank: its trigger polls from the next iteration
 
     def initialize(self, trainer):
         self._trainer = trainer
+        _saving.follow(self, trainer)   # background: agree on each write soon after its end
 
     def save(self, obj, iteration=None):
         """Write this rank's snapshot of ``obj`` (a Trainer or any serializable object) atomically.
@@ -283,13 +287,19 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             return _saving.save_sync(self, obj, iteration)
 
     def settle(self):
-        """Wait for this rank's write in flight, agree on every rank's, and record complete generations.
+        """Wait for this rank's write, agree on every rank's, record complete generations; return the newest.
 
-        Collective: every rank calls it at the same point (the extension does before each save;
-        the preemption handler after its save).  Returns the newest generation it found
-        complete, or None.  See ``_saving.settle``.
+        Collective (every rank at the same point; None when none was found complete): ``_saving.settle``.
         """
         return _saving.settle(self)
+
+    def poll(self):
+        """Settle once no rank's write is still running; return whether nothing is left unsettled.
+
+        Collective and cheap (``_saving.poll``): a loop without a trainer calls it on every rank at
+        the same point, e.g. every iteration; the extension's trigger polls by itself.
+        """
+        return _saving.poll(self)
 
     def _drain(self, timeout=None):
         return _saving.drain(self, timeout)
@@ -356,8 +366,9 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return loaded
 
     def _prepare_load(self):
-        """Check the directory and this job's claim on every rank, together; remove stale temporaries."""
+        """Wait for this process's writes in flight; check the directory and claim (all ranks); tidy up."""
         self._drain()
+        _background.join_others(self._flight, self.write_timeout)
         _policy.agree(self.comm, self._readiness_problem())
         self._remove_stale_tmp()
 
@@ -367,23 +378,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if target is not None:
             _fingerprint.check_same_parameters(self.comm, target, 'the checkpointer')
 
-    # -- end of training --------------------------------------------------------------
     def on_error(self, trainer, exc, tb):
         self._failed = True
 
     def _completed(self):
-        if self._failed or sys.exc_info()[0] is not None:
-            return False
-        trainer = self._trainer
-        if trainer is None:
-            return True
-        length = getattr(trainer.stop_trigger, 'get_training_length', None)
-        if length is None:
-            return True
-        period, unit = length()
-        if unit == 'iteration':
-            return trainer.updater.iteration >= period
-        return trainer.updater.epoch_detail >= period
+        return _saving.completed(self)
 
     def finalize(self):
         """Wait for the write in flight; remove this rank's snapshots after a completed run; let go.
@@ -431,12 +430,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
 
 def create_multi_node_checkpointer(name, comm, cp_interval=5, gc_interval=5, path=None,
-                                   allow_pickle=None, allow_shared=None, background=False,
+                                   allow_pickle=None, allow_shared=None, background=True,
                                    write_timeout=600.0):
     """Create a multi-node checkpointer (snapshots ``<name>.<rank>.<iteration>`` under ``path``).
 
-    Collective.  ``background=True`` writes each snapshot from a background thread while
-    training goes on; ``background=False`` (default) writes it before ``save`` returns.
+    Collective.  ``background=True`` (default) copies each snapshot into host buffers and writes
+    it from a background thread while training goes on; ``background=False`` writes it before
+    ``save`` returns.
     ``allow_pickle=True`` lets it load snapshots that need pickle (only for files you trust);
     None leaves the choice to ``$CHAINERMN_ALLOW_PICKLE``.  ``allow_shared=True`` trusts a
     directory other users can write (only one you really share); None: ``$CHAINERMN_TRUST_SHARED``.

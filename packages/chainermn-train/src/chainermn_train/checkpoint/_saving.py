@@ -5,11 +5,16 @@ what the snapshot holds into the staging buffers (``_staging``) and starts its w
 (``_background``); training goes on.  What became of each save stays with the rank until the ranks
 agree (``settle``, a collective every rank calls at the same point): the generations every rank
 finished are recorded complete (``_complete``), and a save that failed on any rank is reported
-once for the job, counted, and the files of it that were written are removed.  A failure no
-agreement will see (at the end of the job) is reported by its rank alone (``report_alone``).
-Everything here but ``settle`` is local to the rank.
+once for the job, counted, and the files of it that were written are removed.  So that a
+generation whose files are all durable is recorded complete within an iteration or two (not only
+at the next save), the extension's trigger polls while a save it made is unsettled
+(``PollingTrigger``): every iteration every rank tells the others, in one all-reduce of two
+integers, whether its write is still running, and the iteration at which no rank's is, the ranks
+settle.  A failure no agreement will see (at the end of the job) is reported by its rank alone
+(``report_alone``).  Everything here but ``settle`` and ``poll`` is local to the rank.
 """
 
+import sys
 import time
 import warnings
 
@@ -23,7 +28,7 @@ from chainermn_train.checkpoint._background import kill_point
 from chainermn_train.checkpoint._policy import CheckpointWarning
 
 __all__ = ['save_sync', 'save_background', 'flight_iteration', 'drain', 'report_alone', 'settle',
-           'finish', 'complete_floor']
+           'poll', 'PollingTrigger', 'follow', 'finish', 'completed', 'complete_floor']
 
 def _iteration_of(obj):
     if isinstance(obj, chainer.training.Trainer):
@@ -97,8 +102,9 @@ def save_background(ckpt, obj, iteration):
     arrays = _safe_npz.to_arrays(ckpt._staging.copy(_staging.capture(obj)), meta)
     kill_point('after-copy', ckpt.comm.rank)
     rank = ckpt.comm.rank
-    ckpt._flight.start(iteration, lambda: _writer.write_atomically(
-        final, lambda f: _safe_npz.write_arrays(f, arrays), rank))
+    flight = ckpt._flight
+    flight.start(iteration, lambda: _writer.write_atomically(
+        final, lambda f: _safe_npz.write_arrays(flight.file(f), arrays), rank))
     ckpt._counter = iteration
     ckpt._saves_since_gc += 1
     if ckpt._saves_since_gc >= ckpt.gc_interval:
@@ -160,14 +166,33 @@ def settle(ckpt):
     """Wait for this rank's write in flight, agree on every rank's, and record complete generations.
 
     Collective: every rank calls it at the same point (the extension does before each save;
-    the preemption handler after its save).  A generation is recorded complete when every
-    rank's write of it finished.  A save that failed on any rank is reported once for the job
-    (naming the ranks and why), counted, and the files the other ranks wrote of it are
-    removed: the newest complete generation stays and the next save tries again.
+    the preemption handler after its save): an all-reduce of two integers, then, only when some
+    rank saved since the last agreement, the gather of every rank's outcomes.  A generation is
+    recorded complete when every rank's write of it finished.  A save that failed on any rank is
+    reported once for the job (naming the ranks and why), counted, and the files the other ranks
+    wrote of it are removed: the newest complete generation stays and the next save tries again.
     """
+    ckpt._armed = False   # every rank settles here: nothing is left for the poll
     if not ckpt.background:
         return   # synchronous saves: each was durable (or raised) before save returned
     drain(ckpt)
+    if not int(_flags(ckpt, False, bool(ckpt._pending))[1]):
+        return None   # no rank saved since the last agreement
+    return _agree(ckpt)
+
+
+def _flags(ckpt, running, unsettled):
+    """Return ``[any rank's write running, any rank's save unsettled]`` (collective, two integers).
+
+    An all-reduce, never an object collective: a rank that skipped a collective of the program's
+    (e.g. an evaluator called on one rank only) is told so by the guard, not fed another's objects.
+    """
+    return numpy.asarray(ckpt.comm.allreduce(numpy.array([running, unsettled], numpy.int32),
+                                             op='max'))
+
+
+def _agree(ckpt):
+    """Gather every rank's outcomes, record the complete generations, report the failed saves."""
     mine = [(o.iteration, o.ok, o.why()) for o in ckpt._pending]
     ckpt._pending = []
     kill_point('before-agreement', ckpt.comm.rank)
@@ -203,6 +228,68 @@ def settle(ckpt):
     return done[-1] if done else None
 
 
+def poll(ckpt):
+    """Settle once no rank's write is still running; return whether nothing is left unsettled.
+
+    Collective and cheap (one all-reduce of two integers, no wait for a write): every rank calls
+    it at the same point, e.g. every iteration while a save is unsettled.  When some rank's write
+    is still running it returns False at once on every rank; otherwise the ranks settle (when any
+    has a save to agree on) and it returns True.
+    """
+    if not ckpt.background:
+        return True
+    start = time.perf_counter()
+    flight = ckpt._flight
+    running = flight.running
+    unsettled = flight.busy or bool(ckpt._pending)
+    if flight.busy and not running:
+        kill_point('before-poll', ckpt.comm.rank)   # this rank's write is durable; not yet told
+    flags = _flags(ckpt, running, unsettled)
+    st = ckpt._stats
+    st['polls'] += 1
+    st['poll_seconds'] += time.perf_counter() - start
+    if int(flags[0]):
+        return False
+    ckpt._armed = False
+    if int(flags[1]):
+        drain(ckpt)   # no rank's write runs (the flags say so): its outcome is collected at once
+        _agree(ckpt)
+    return True
+
+
+class PollingTrigger:
+    """The checkpointer extension's trigger, which also polls (``poll``) while a save of it is unsettled.
+
+    It fires exactly when the trigger it wraps fires (then the extension settles and saves) and
+    forwards every other attribute to it (``serialize`` among them: snapshots hold the same state).
+    """
+
+    def __init__(self, trigger, ckpt):
+        self.wrapped = trigger
+        self._ckpt = ckpt
+
+    def __call__(self, trainer):
+        if self.wrapped(trainer):
+            return True
+        if self._ckpt._armed:   # set on every rank by the extension's save, cleared by settle
+            poll(self._ckpt)
+        return False
+
+    def __getattr__(self, name):
+        if name in ('wrapped', '_ckpt'):
+            raise AttributeError(name)
+        return getattr(self.wrapped, name)
+
+
+def follow(ckpt, trainer):
+    """Make the trigger of ``ckpt``'s entry in ``trainer`` a :class:`PollingTrigger` (background: once)."""
+    if not ckpt.background:
+        return
+    for entry in trainer._extensions.values():
+        if entry.extension is ckpt and not isinstance(entry.trigger, PollingTrigger):
+            entry.trigger = PollingTrigger(entry.trigger, ckpt)
+
+
 def _write_record(ckpt):
     """Record this rank's files of the complete generations (a warning when it cannot)."""
     try:
@@ -225,6 +312,22 @@ def complete_floor(ckpt, files, meta_of):
         isinstance(meta_of(it, r), dict) and meta_of(it, r).get('world_size') == size
         for r in range(size))]
     return max(list(ckpt._committed) + seen + [-1])
+
+
+def completed(ckpt):
+    """Return whether the run ended as planned: no error, and the trainer's stop reached (if any)."""
+    if ckpt._failed or sys.exc_info()[0] is not None:
+        return False
+    trainer = ckpt._trainer
+    if trainer is None:
+        return True
+    length = getattr(trainer.stop_trigger, 'get_training_length', None)
+    if length is None:
+        return True
+    period, unit = length()
+    if unit == 'iteration':
+        return trainer.updater.iteration >= period
+    return trainer.updater.epoch_detail >= period
 
 
 def finish(ckpt):
