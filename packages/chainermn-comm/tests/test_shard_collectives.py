@@ -23,6 +23,29 @@ def test_shard_collectives_two_simulated_nodes():
                          env={'CHAINERMN_TEST_SHARD_COMMS': 'naive', 'CHAINERMN_RANKS_PER_NODE': '2'})
 
 
+@pytest.mark.parametrize('n', [2, 3])
+def test_shard_collectives_through_node_shared_memory_in_small_rounds(n):
+    # A window of 2 x 4 KiB per rank: the shares take many rounds through node-shared memory.
+    res = run_pytest_under_mpi(SCRIPT, n, timeout=240, env={
+        'CHAINERMN_TEST_SHARD_COMMS': 'naive', 'CHAINERMN_SHM_CHUNK_BYTES': '4096',
+        'CHAINERMN_TEST_SHARD_EXPECT_NODE': '1'})
+    assert 'passed' in res.stdout
+
+
+def test_shard_collectives_with_mpi_messages_on_one_node():
+    # CHAINERMN_SHM_REDUCE=0, as for the average: the shares move as MPI messages.
+    res = run_pytest_under_mpi(SCRIPT, 2, timeout=240, env={
+        'CHAINERMN_TEST_SHARD_COMMS': 'naive', 'CHAINERMN_SHM_REDUCE': '0',
+        'CHAINERMN_TEST_SHARD_EXPECT_NODE': '0'})
+    assert 'passed' in res.stdout
+
+
+def test_shard_collectives_across_simulated_nodes_use_messages():
+    run_pytest_under_mpi(SCRIPT, 4, timeout=240, env={
+        'CHAINERMN_TEST_SHARD_COMMS': 'naive', 'CHAINERMN_RANKS_PER_NODE': '2',
+        'CHAINERMN_TEST_SHARD_EXPECT_NODE': '0'})
+
+
 @pytest.mark.parametrize('n', [1, 2, 3])
 def test_shard_collectives_on_the_gpu_stand_in(n):
     path = os.pathsep.join([FAKE] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])

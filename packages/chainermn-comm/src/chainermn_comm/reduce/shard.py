@@ -5,11 +5,14 @@ arrays the average over all ranks (the other ranks' copies are left as they were
 :meth:`ShardCollectives.gather_from_owners` copies every owner's arrays to every rank, byte for
 byte.  Together they move the bytes of one all-reduce.
 
-Each rank's share is its arrays one after another (each padded to 8 bytes), and the shares move
+Each rank's share is its arrays one after another (each padded to 16 bytes), and the shares move
 in rounds of at most ``chunk`` bytes per rank through buffers that are reused (one huge MPI call is
 slow on MPICH: ARCHITECTURE.md, "Big messages"):
 
-- host: an ``Alltoallv`` of the terms of each rank's slice, summed by the owner in rank order
+- host, every rank on one node and the node-shared path of the average usable (the same
+  conditions: ``CHAINERMN_SHM_REDUCE``, ranks really sharing memory): through the average's
+  node-shared window (``reduce.shard_node``), the same sums in the same order, no MPI message;
+- host, otherwise: an ``Alltoallv`` of the terms of each rank's slice, summed by the owner in rank order
   (deterministic), in the array's dtype or, on a 16-bit wire, in float32 (``reduce.codecs``;
   float16 terms are prescaled by ``1/size`` and a power of two the ranks agree on, as the
   all-reduce does); the way back is an ``Allgatherv`` of the owners' bytes.
@@ -30,6 +33,7 @@ from chainermn_comm import _arrays
 from chainermn_comm.guard import stable_code
 from chainermn_comm.reduce import codecs as _codecs
 from chainermn_comm.reduce import half as _half
+from chainermn_comm.reduce.shard_node import NodeShares
 
 __all__ = ['ShardCollectives', 'share_plan', 'DEFAULT_CHUNK_BYTES']
 
@@ -38,7 +42,7 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 #: The host buffers' size that the default round keeps to with many ranks (``size * chunk``).
 _BUFFER_BYTES = 16 << 20
 _MIN_CHUNK = 64 << 10
-_ALIGN = 8
+_ALIGN = 16  # a piece never splits an element (complex128 included)
 _AUTO_ROUNDS = 2          # timed calls per candidate wire under 'auto'
 _AUTO_CANDIDATES = (None, 'bfloat16', 'float16')
 
@@ -87,11 +91,14 @@ class ShardCollectives:
 
     Made by the communicator (``comm.averaging.shard_collectives()``): ``mpi_comm`` is its MPI
     communicator, ``guard_of()`` returns its call guard, ``nccl`` its NCCL group over all ranks
-    (or None).
+    (or None), ``reducer_of()`` its host reducer (``reduce.node_shared.NodeReducer``, or None:
+    MPI messages only), whose node-shared window carries the shares when all ranks share a node.
     """
 
-    def __init__(self, mpi_comm, guard_of, nccl=None, chunk=None):
+    def __init__(self, mpi_comm, guard_of, nccl=None, chunk=None, reducer_of=None):
         self.mpi_comm = mpi_comm
+        self._reducer_of = reducer_of
+        self._node = None  # NodeShares over the reducer's window, while that window lives
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
         self._guard_of = guard_of
@@ -141,12 +148,17 @@ class ShardCollectives:
         with self._guard_of()('gather_from_owners', sig, key=(shapes, codes, owners)):
             if self._on_nccl(arrays):
                 self._gather_nccl(arrays, owners)
+                return
+            node = self._node_shares()
+            if node is not None:
+                _through_host(arrays, lambda flats: node.gather_from_owners(flats, owners))
             else:
                 self._gather_host(arrays, owners)
 
     def with_chunk(self, chunk):
         """Return collectives on the same communicator that move ``chunk`` bytes per rank and round."""
-        return ShardCollectives(self.mpi_comm, self._guard_of, nccl=self.nccl, chunk=chunk)
+        return ShardCollectives(self.mpi_comm, self._guard_of, nccl=self.nccl, chunk=chunk,
+                                reducer_of=self._reducer_of)
 
     def wire_chosen(self, arrays):
         """Return the wire ``'auto'`` settled on for ``arrays`` (None: exact), or False while it is timing."""
@@ -157,6 +169,11 @@ class ShardCollectives:
         """Drop the reused buffers and plans."""
         self._bufs.clear()
         self._plans.clear()
+        self._node = None
+
+    def on_node_shared_memory(self):
+        """Return whether the host shares move through node-shared memory (collective at first call)."""
+        return self.size > 1 and self._node_shares() is not None
 
     # -- checks and plans --------------------------------------------------------------
     def _check(self, arrays, owners, what):
@@ -188,17 +205,38 @@ class ShardCollectives:
     def _on_nccl(self, arrays):
         return self.nccl is not None and arrays and all(_arrays.is_device(a) for a in arrays)
 
+    def _node_shares(self):
+        """Return the :class:`NodeShares` of the reducer's window, or None (MPI messages).
+
+        Collective at the first call (the reducer's set-up); the same answer on every rank.
+        """
+        reducer = self._reducer_of() if self._reducer_of is not None else None
+        state = None if reducer is None else reducer.shares_window()
+        if state is None:
+            self._node = None
+            return None
+        node = self._node
+        if node is None or node.state is not state:
+            node = self._node = NodeShares(state, self._plan, _sum_terms)
+        return node if node.usable else None
+
     # -- the average ------------------------------------------------------------------------
     def _mean(self, arrays, owners, wire):
         codec = _codecs.codec_of(wire)
         if codec is None and self._on_nccl(arrays) and \
                 all(a.dtype.kind == 'f' and a.dtype.itemsize >= 2 for a in arrays):
             self._mean_nccl(arrays, owners)
+            return
+        node = self._node_shares()
+        if node is not None:  # shared memory is no wire: exact sums whatever ``wire`` says
+            _through_host(arrays, lambda flats: node.mean_to_owners(flats, owners))
         else:
             self._mean_host(arrays, owners, codec)
 
     def _mean_auto(self, arrays, owners):
         auto = self._autos.setdefault(_set_key(arrays), {'times': {}, 'calls': 0, 'choice': False})
+        if auto['choice'] is False and not self._on_nccl(arrays) and self._node_shares() is not None:
+            auto['choice'] = None  # nothing crosses a wire: exact, without timing
         if auto['choice'] is not False:
             self._mean(arrays, owners, auto['choice'])
             return
@@ -346,6 +384,15 @@ def _host_flat(a):
 
 def _write_back(a, host):
     a[...] = _arrays.like(host.reshape(a.shape), a)
+
+
+def _through_host(arrays, run):
+    """Call ``run`` on flat C-contiguous host views (or copies) of ``arrays``; write copies back."""
+    staged = [_host_flat(a) for a in arrays]
+    run([h for h, _ in staged])
+    for a, (h, copied) in zip(arrays, staged):
+        if copied:
+            _write_back(a, h)
 
 
 def _sum_terms(out, terms, inv):
