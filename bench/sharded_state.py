@@ -156,8 +156,8 @@ def main():
            'load_after': [round(x, 2) for x in os.getloadavg()]}
     if args.count_link:
         # Every rank's bytes on its node's link (one rank per node: the link's own).
-        a = comm.gather_obj(int(numpy.median(full.link_bytes)))
-        b = comm.gather_obj(int(numpy.median(shard.link_bytes)))
+        a = comm.allgather_obj(int(numpy.median(full.link_bytes)))
+        b = comm.allgather_obj(int(numpy.median(shard.link_bytes)))
         row.update({'link_iface': args.count_link, 'link_bytes_unsharded': a, 'link_bytes_sharded': b,
                     'grad_bytes': sum(p.array.nbytes for p in full.link.params()),
                     'link_bytes_ratio': [round(y / x, 4) if x else None for x, y in zip(a, b)]})

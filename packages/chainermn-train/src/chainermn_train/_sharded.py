@@ -39,10 +39,12 @@ def refuse_options(comm, double_buffering, overlap, comm_hook):
             'left to overlap; use one or the other'.format(what))
     if overlap:
         raise ValueError(
-            '{}: overlap=True is refused: its buckets are all-reduced during backward in the order '
-            'gradients appear, while sharded state reduce-scatters each parameter to its owner '
-            'after backward (bucketed reduce-scatter during backward is not built yet); use one or '
-            'the other'.format(what))
+            '{}: overlap=True is refused: overlap all-reduces buckets of gradients to every rank '
+            'while backward runs, but with sharded state each gradient is averaged to its owner '
+            'only (a reduce-scatter, after backward), and a reduce-scatter of buckets during '
+            'backward is not built. Use shard_state=True without overlap (its reduce-scatter and '
+            'all-gather move the bytes of one all-reduce), or overlap=True with '
+            'shard_state=False'.format(what))
     if comm_hook is not None and not comm_hook.is_wire:
         raise ValueError(
             '{}: comm_hook={!r} is refused: a communication hook such as PowerSGD compresses and '

@@ -269,11 +269,13 @@ class ShardCollectives:
         up = down = None
         if codec is not None and codec.prescale:
             up, down = _half.shared_factors(self.mpi_comm, flats, 1.0 / size)
-        send = self._buf('send', size * chunk)
-        recv = self._buf('recv', size * chunk)
+        sends = [self._buf('send', size * chunk), self._buf('send2', size * chunk)]
+        recvs = [self._buf('recv', size * chunk), self._buf('recv2', size * chunk)]
         displs = [r * chunk for r in range(size)]
         inv = 1.0 / size
-        for pieces, count in zip(rounds, counts):
+
+        def begin(k):
+            pieces, count, send, recv = rounds[k], counts[k], sends[k & 1], recvs[k & 1]
             for r in range(size):
                 base = r * chunk
                 for i, start, stop, off in pieces[r]:
@@ -285,8 +287,13 @@ class ShardCollectives:
                     else:
                         dst.view(src.dtype)[...] = src
             mine = count[rank]
-            self.mpi_comm.Alltoallv([send, count, displs, _byte()], [recv, [mine] * size, displs, _byte()])
-            for i, start, stop, off in pieces[rank]:
+            return self.mpi_comm.Ialltoallv([send, count, displs, _byte()],
+                                            [recv, [mine] * size, displs, _byte()])
+
+        def finish(k, request):
+            request.Wait()
+            recv = recvs[k & 1]
+            for i, start, stop, off in rounds[k][rank]:
                 w = wire_sizes[i]
                 out = flats[i][start // w:stop // w]
                 terms = [recv[s * chunk + off:s * chunk + off + stop - start] for s in range(size)]
@@ -296,6 +303,8 @@ class ShardCollectives:
                     _half.scale_into(out, wide, inv if down is None else down[i])
                 else:
                     _sum_terms(out, [t.view(out.dtype) for t in terms], inv)
+
+        _two_in_flight(len(rounds), begin, finish)
         for a, (h, copied) in zip(arrays, staged):
             if copied:
                 _write_back(a, h)
@@ -331,19 +340,27 @@ class ShardCollectives:
         flats = [h.view(numpy.uint8) if h.size else numpy.empty(0, numpy.uint8) for h, _ in staged]
         rounds, counts = self._plan('gather', [f.size for f in flats], owners, self.chunk)
         size, rank, chunk = self.size, self.rank, self.chunk
-        send = self._buf('send', chunk)
-        recv = self._buf('recv', size * chunk)
+        sends = [self._buf('send', chunk), self._buf('send2', chunk)]
+        recvs = [self._buf('recv', size * chunk), self._buf('recv2', size * chunk)]
         displs = [r * chunk for r in range(size)]
-        for pieces, count in zip(rounds, counts):
+
+        def begin(k):
+            pieces, count, send = rounds[k], counts[k], sends[k & 1]
             for i, start, stop, off in pieces[rank]:
                 send[off:off + stop - start] = flats[i][start:stop]
-            self.mpi_comm.Allgatherv([send, count[rank], _byte()], [recv, count, displs, _byte()])
+            return self.mpi_comm.Iallgatherv([send, count[rank], _byte()], [recvs[k & 1], count, displs, _byte()])
+
+        def finish(k, request):
+            request.Wait()
+            recv = recvs[k & 1]
             for r in range(size):
                 if r == rank:
                     continue
                 base = r * chunk
-                for i, start, stop, off in pieces[r]:
+                for i, start, stop, off in rounds[k][r]:
                     flats[i][start:stop] = recv[base + off:base + off + stop - start]
+
+        _two_in_flight(len(rounds), begin, finish)
         for a, (h, copied) in zip(arrays, staged):
             if copied:
                 _write_back(a, h)
@@ -364,6 +381,20 @@ class ShardCollectives:
                     continue
                 for i, start, stop, off in pieces[r]:
                     flats[i][start:stop] = recv[r * chunk + off:r * chunk + off + stop - start]
+
+
+def _two_in_flight(n, begin, finish):
+    """Run rounds ``0..n-1``: begin round ``k + 1`` (pack, nonblocking call) before finishing round ``k``.
+
+    The link carries one round while this rank packs the next and unpacks or sums the last (two
+    buffers each way); rounds finish in order on every rank, and each element is summed once, so
+    the bits are those of one round at a time.
+    """
+    pending = begin(0)
+    for k in range(n):
+        nxt = begin(k + 1) if k + 1 < n else None
+        finish(k, pending)
+        pending = nxt
 
 
 def _set_key(arrays):
