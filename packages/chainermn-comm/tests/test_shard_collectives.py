@@ -32,10 +32,12 @@ def test_shard_collectives_through_node_shared_memory_in_small_rounds(n):
     assert 'passed' in res.stdout
 
 
-def test_shard_collectives_with_mpi_messages_on_one_node():
-    # CHAINERMN_SHM_REDUCE=0, as for the average: the shares move as MPI messages.
+@pytest.mark.parametrize('setting', [('CHAINERMN_SHM_REDUCE', '0'), ('CHAINERMN_SHM_CHUNK_BYTES', '64')])
+def test_shard_collectives_with_mpi_messages_on_one_node(setting):
+    # CHAINERMN_SHM_REDUCE=0, as for the average, or a window too small for a slot of 64 bytes
+    # per rank: the shares move as MPI messages.
     res = run_pytest_under_mpi(SCRIPT, 2, timeout=240, env={
-        'CHAINERMN_TEST_SHARD_COMMS': 'naive', 'CHAINERMN_SHM_REDUCE': '0',
+        'CHAINERMN_TEST_SHARD_COMMS': 'naive', setting[0]: setting[1],
         'CHAINERMN_TEST_SHARD_EXPECT_NODE': '0'})
     assert 'passed' in res.stdout
 
