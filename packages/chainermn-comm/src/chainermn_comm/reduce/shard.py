@@ -12,10 +12,12 @@ slow on MPICH: ARCHITECTURE.md, "Big messages"):
 - host, every rank on one node and the node-shared path of the average usable (the same
   conditions: ``CHAINERMN_SHM_REDUCE``, ranks really sharing memory): through the average's
   node-shared window (``reduce.shard_node``), the same sums in the same order, no MPI message;
-- host, otherwise: an ``Alltoallv`` of the terms of each rank's slice, summed by the owner in rank order
-  (deterministic), in the array's dtype or, on a 16-bit wire, in float32 (``reduce.codecs``;
-  float16 terms are prescaled by ``1/size`` and a power of two the ranks agree on, as the
-  all-reduce does); the way back is an ``Allgatherv`` of the owners' bytes.
+- host, otherwise: an ``Ialltoallv`` of the terms of each rank's slice, summed by the owner in
+  rank order (deterministic), in the array's dtype or, on a 16-bit wire, in float32
+  (``reduce.codecs``; float16 terms are prescaled by ``1/size`` and a power of two the ranks agree
+  on, as the all-reduce does); the way back is an ``Iallgatherv`` of the owners' bytes.  Two
+  rounds are in flight (two buffers each way): the link carries one while the rank packs the
+  next and sums or unpacks the last.
 - device, on a communicator with an NCCL group over all ranks: ``reduceScatter`` per dtype and
   ``allGather`` of bytes, each rank's slice padded to the round's size (NCCL counts are equal).
   A 16-bit wire on the device goes through the host path.
@@ -39,7 +41,8 @@ __all__ = ['ShardCollectives', 'share_plan', 'DEFAULT_CHUNK_BYTES']
 
 #: Bytes per rank and round (the buffers hold ``size`` times this), at most.
 DEFAULT_CHUNK_BYTES = 1 << 20
-#: The host buffers' size that the default round keeps to with many ranks (``size * chunk``).
+#: The host buffers' size that the default round keeps to with many ranks (``size * chunk``; two
+#: such buffers each way).
 _BUFFER_BYTES = 16 << 20
 _MIN_CHUNK = 64 << 10
 _ALIGN = 16  # a piece never splits an element (complex128 included)
