@@ -42,10 +42,15 @@ def test_shard_collectives_with_mpi_messages_on_one_node(setting):
     assert 'passed' in res.stdout
 
 
-def test_shard_collectives_across_simulated_nodes_use_messages():
-    run_pytest_under_mpi(SCRIPT, 4, timeout=240, env={
-        'CHAINERMN_TEST_SHARD_COMMS': 'naive', 'CHAINERMN_RANKS_PER_NODE': '2',
-        'CHAINERMN_TEST_SHARD_EXPECT_NODE': '0'})
+@pytest.mark.parametrize('chunk', [None, '4096'])
+def test_shard_collectives_across_simulated_nodes_of_two(chunk):
+    # 2 nodes x 2 ranks: each node's sum through node-shared memory, then across nodes over MPI.
+    env = {'CHAINERMN_TEST_SHARD_COMMS': 'naive', 'CHAINERMN_RANKS_PER_NODE': '2',
+           'CHAINERMN_TEST_SHARD_EXPECT_NODE': '1', 'CHAINERMN_TEST_SHARD_NODES': '1'}
+    if chunk:
+        env['CHAINERMN_SHM_CHUNK_BYTES'] = chunk
+    res = run_pytest_under_mpi(SCRIPT, 4, timeout=240, env=env)
+    assert 'passed' in res.stdout
 
 
 @pytest.mark.parametrize('n', [1, 2, 3])

@@ -153,8 +153,10 @@ class ShardCollectives:
                 self._gather_nccl(arrays, owners)
                 return
             node = self._node_shares()
-            if node is not None:
+            if node is not None and node.across is None:
                 _through_host(arrays, lambda flats: node.gather_from_owners(flats, owners))
+            elif node is not None:
+                _through_host(arrays, lambda flats: self._gather_nodes(node, flats, owners))
             else:
                 self._gather_host(arrays, owners)
 
@@ -221,6 +223,9 @@ class ShardCollectives:
         node = self._node
         if node is None or node.state is not state:
             node = self._node = NodeShares(state, self._plan, _sum_terms)
+            if state.inter is not None:  # several nodes: where every rank sits (collective)
+                node.places = self.mpi_comm.allgather((state.local_rank, state.inter.Get_rank()))
+                node.across = ShardCollectives(state.inter, None)
         return node if node.usable else None
 
     # -- the average ------------------------------------------------------------------------
@@ -231,15 +236,45 @@ class ShardCollectives:
             self._mean_nccl(arrays, owners)
             return
         node = self._node_shares()
-        if node is not None:  # shared memory is no wire: exact sums whatever ``wire`` says
+        if node is not None and node.across is None:  # shared memory is no wire: exact sums
             _through_host(arrays, lambda flats: node.mean_to_owners(flats, owners))
+        elif node is not None and all(a.dtype.kind in 'fc' and a.dtype.itemsize >= 4 for a in arrays):
+            _through_host(arrays, lambda flats: self._mean_nodes(node, flats, owners, codec))
         else:
             self._mean_host(arrays, owners, codec)
 
+    def _mean_nodes(self, node, flats, owners, codec):
+        """Several nodes: sum to the owner's local rank on every node, then average across nodes.
+
+        Each node's sum of an array goes, through node-shared memory, to the rank of that node
+        whose local rank is the owner's (exact: no wire inside a node); those ranks, one per node,
+        average the node sums to the owner over MPI (``wire`` applies there).  Each node's link
+        carries each node's sum once, as the all-reduce does.  That rank's copy then holds its
+        node's sum (not its own term).
+        """
+        places = node.places
+        local = tuple(places[o][0] for o in owners)
+        node.mean_to_owners(flats, local, inv=1.0)
+        mine = [i for i, r in enumerate(local) if r == node.rank]  # the same on every node
+        if mine:
+            node.across._mean_host([flats[i] for i in mine], tuple(places[owners[i]][1] for i in mine),
+                                   codec, inv=1.0 / self.size)
+
+    def _gather_nodes(self, node, flats, owners):
+        """Several nodes: the owners' bytes to their local rank on every node, then to that node's ranks."""
+        places = node.places
+        local = tuple(places[o][0] for o in owners)
+        mine = [i for i, r in enumerate(local) if r == node.rank]
+        if mine:
+            node.across._gather_host([flats[i] for i in mine], tuple(places[owners[i]][1] for i in mine))
+        node.gather_from_owners(flats, local)
+
     def _mean_auto(self, arrays, owners):
         auto = self._autos.setdefault(_set_key(arrays), {'times': {}, 'calls': 0, 'choice': False})
-        if auto['choice'] is False and not self._on_nccl(arrays) and self._node_shares() is not None:
-            auto['choice'] = None  # nothing crosses a wire: exact, without timing
+        if auto['choice'] is False and not self._on_nccl(arrays):
+            node = self._node_shares()
+            if node is not None and node.across is None:
+                auto['choice'] = None  # nothing crosses a wire: exact, without timing
         if auto['choice'] is not False:
             self._mean(arrays, owners, auto['choice'])
             return
@@ -260,7 +295,7 @@ class ShardCollectives:
         best = int(numpy.argmin(row))
         auto['choice'] = _AUTO_CANDIDATES[best] if row[best] < 0.9 * row[0] else None
 
-    def _mean_host(self, arrays, owners, codec):
+    def _mean_host(self, arrays, owners, codec, inv=None):
         staged = [_host_flat(a) for a in arrays]
         flats = [h for h, _ in staged]
         wire_sizes = [codec.itemsize if codec is not None and f.dtype.kind == 'f' else f.dtype.itemsize
@@ -270,12 +305,12 @@ class ShardCollectives:
                                      tuple(f.dtype.str for f in flats)), nbytes, owners, self.chunk)
         size, rank, chunk = self.size, self.rank, self.chunk
         up = down = None
+        inv = 1.0 / size if inv is None else inv
         if codec is not None and codec.prescale:
-            up, down = _half.shared_factors(self.mpi_comm, flats, 1.0 / size)
+            up, down = _half.shared_factors(self.mpi_comm, flats, inv)
         sends = [self._buf('send', size * chunk), self._buf('send2', size * chunk)]
         recvs = [self._buf('recv', size * chunk), self._buf('recv2', size * chunk)]
         displs = [r * chunk for r in range(size)]
-        inv = 1.0 / size
 
         def begin(k):
             pieces, count, send, recv = rounds[k], counts[k], sends[k & 1], recvs[k & 1]

@@ -52,21 +52,29 @@ class NodeShares:
         #: Bytes per rank and round of the reduce-scatter (one slot per owner in each half).
         self.slot = self.half // self.size // _ALIGN * _ALIGN
         self._scratch = None
+        #: With several nodes: ``(local rank, cross-node rank)`` of every rank of the job, and the
+        #: collectives over ``state.inter`` (the ranks of this local rank on every node); set by
+        #: ``reduce.shard``.
+        self.places = None
+        self.across = None
 
     @property
     def usable(self):
         """Whether the window is large enough to carry the shares."""
         return self.slot >= MIN_SLOT_BYTES
 
-    def mean_to_owners(self, flats, owners):
-        """Average the flat C-contiguous host ``flats`` over all ranks into their owners' copies."""
+    def mean_to_owners(self, flats, owners, inv=None):
+        """Average the flat C-contiguous host ``flats`` over the node's ranks into their owners' copies.
+
+        ``owners`` are local ranks; ``inv`` scales the sums (default ``1 / size``; 1.0: the sums).
+        """
         size, me, slot = self.size, self.rank, self.slot
         nbytes = [f.nbytes for f in flats]
         rounds, _ = self._plan_of(('node-mean', tuple(f.dtype.str for f in flats)), nbytes, owners, slot)
         segs = self.state.segments
         mine = segs[me]
         sync = self.state.sync
-        inv = 1.0 / size
+        inv = 1.0 / size if inv is None else inv
         half = self.half
         u8 = [_u8(f) for f in flats]
 
