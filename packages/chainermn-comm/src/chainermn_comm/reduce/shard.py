@@ -1,7 +1,9 @@
 """Reduce-scatter and all-gather of whole arrays to and from their owners (sharded optimizer state).
 
 Every array has one owner rank.  :meth:`ShardCollectives.mean_to_owners` leaves in each owner's
-arrays the average over all ranks (the other ranks' copies are left as they were), and
+arrays the average over all ranks (the other ranks' copies are left as they were, except, across
+nodes through node-shared memory, those of the owner's local rank on the other nodes: they hold
+their node's sum), and
 :meth:`ShardCollectives.gather_from_owners` copies every owner's arrays to every rank, byte for
 byte.  Together they move the bytes of one all-reduce.
 
@@ -12,6 +14,11 @@ slow on MPICH: ARCHITECTURE.md, "Big messages"):
 - host, every rank on one node and the node-shared path of the average usable (the same
   conditions: ``CHAINERMN_SHM_REDUCE``, ranks really sharing memory): through the average's
   node-shared window (``reduce.shard_node``), the same sums in the same order, no MPI message;
+- host, several nodes of the same number of ranks and the node-shared path usable: each node's
+  sum of an array goes through node-shared memory to the node's rank whose local rank is the
+  owner's, and those ranks (one per node) average the node sums to the owner as below (the wire
+  applies there; float16 and integer sets take the path below); the way back in reverse.  Each
+  node's link carries each node's sum once, as the all-reduce does;
 - host, otherwise: an ``Ialltoallv`` of the terms of each rank's slice, summed by the owner in
   rank order (deterministic), in the array's dtype or, on a 16-bit wire, in float32
   (``reduce.codecs``; float16 terms are prescaled by ``1/size`` and a power of two the ranks agree
