@@ -43,6 +43,8 @@ from chainermn_comm.guard import stable_code
 from chainermn_comm.reduce import codecs as _codecs
 from chainermn_comm.reduce import half as _half
 from chainermn_comm.reduce.shard_node import NodeShares
+from chainermn_comm.reduce.shard_node import sum_terms as _sum_terms
+from chainermn_comm.reduce.shard_node import two_in_flight as _two_in_flight
 
 __all__ = ['ShardCollectives', 'share_plan', 'DEFAULT_CHUNK_BYTES']
 
@@ -160,10 +162,10 @@ class ShardCollectives:
                 self._gather_nccl(arrays, owners)
                 return
             node = self._node_shares()
-            if node is not None and node.across is None:
+            if node is not None and node.places is None:
                 _through_host(arrays, lambda flats: node.gather_from_owners(flats, owners))
             elif node is not None:
-                _through_host(arrays, lambda flats: self._gather_nodes(node, flats, owners))
+                _through_host(arrays, lambda flats: node.gather_via_nodes(flats, owners))
             else:
                 self._gather_host(arrays, owners)
 
@@ -229,10 +231,11 @@ class ShardCollectives:
             return None
         node = self._node
         if node is None or node.state is not state:
-            node = self._node = NodeShares(state, self._plan, _sum_terms)
+            node = self._node = NodeShares(state, self._plan)
             if state.inter is not None:  # several nodes: where every rank sits (collective)
-                node.places = self.mpi_comm.allgather((state.local_rank, state.inter.Get_rank()))
-                node.across = ShardCollectives(state.inter, None)
+                across = ShardCollectives(state.inter, None)
+                node.join_nodes(self.mpi_comm.allgather((state.local_rank, state.inter.Get_rank())),
+                                across._mean_host, across._gather_host)
         return node if node.usable else None
 
     # -- the average ------------------------------------------------------------------------
@@ -243,44 +246,18 @@ class ShardCollectives:
             self._mean_nccl(arrays, owners)
             return
         node = self._node_shares()
-        if node is not None and node.across is None:  # shared memory is no wire: exact sums
+        if node is not None and node.places is None:  # shared memory is no wire: exact sums
             _through_host(arrays, lambda flats: node.mean_to_owners(flats, owners))
         elif node is not None and all(a.dtype.kind in 'fc' and a.dtype.itemsize >= 4 for a in arrays):
-            _through_host(arrays, lambda flats: self._mean_nodes(node, flats, owners, codec))
+            _through_host(arrays, lambda flats: node.mean_via_nodes(flats, owners, codec, 1.0 / self.size))
         else:
             self._mean_host(arrays, owners, codec)
-
-    def _mean_nodes(self, node, flats, owners, codec):
-        """Several nodes: sum to the owner's local rank on every node, then average across nodes.
-
-        Each node's sum of an array goes, through node-shared memory, to the rank of that node
-        whose local rank is the owner's (exact: no wire inside a node); those ranks, one per node,
-        average the node sums to the owner over MPI (``wire`` applies there).  Each node's link
-        carries each node's sum once, as the all-reduce does.  That rank's copy then holds its
-        node's sum (not its own term).
-        """
-        places = node.places
-        local = tuple(places[o][0] for o in owners)
-        node.mean_to_owners(flats, local, inv=1.0)
-        mine = [i for i, r in enumerate(local) if r == node.rank]  # the same on every node
-        if mine:
-            node.across._mean_host([flats[i] for i in mine], tuple(places[owners[i]][1] for i in mine),
-                                   codec, inv=1.0 / self.size)
-
-    def _gather_nodes(self, node, flats, owners):
-        """Several nodes: the owners' bytes to their local rank on every node, then to that node's ranks."""
-        places = node.places
-        local = tuple(places[o][0] for o in owners)
-        mine = [i for i, r in enumerate(local) if r == node.rank]
-        if mine:
-            node.across._gather_host([flats[i] for i in mine], tuple(places[owners[i]][1] for i in mine))
-        node.gather_from_owners(flats, local)
 
     def _mean_auto(self, arrays, owners):
         auto = self._autos.setdefault(_set_key(arrays), {'times': {}, 'calls': 0, 'choice': False})
         if auto['choice'] is False and not self._on_nccl(arrays):
             node = self._node_shares()
-            if node is not None and node.across is None:
+            if node is not None and node.places is None:
                 auto['choice'] = None  # nothing crosses a wire: exact, without timing
         if auto['choice'] is not False:
             self._mean(arrays, owners, auto['choice'])
@@ -428,20 +405,6 @@ class ShardCollectives:
                     flats[i][start:stop] = recv[r * chunk + off:r * chunk + off + stop - start]
 
 
-def _two_in_flight(n, begin, finish):
-    """Run rounds ``0..n-1``: begin round ``k + 1`` (pack, nonblocking call) before finishing round ``k``.
-
-    The link carries one round while this rank packs the next and unpacks or sums the last (two
-    buffers each way); rounds finish in order on every rank, and each element is summed once, so
-    the bits are those of one round at a time.
-    """
-    pending = begin(0)
-    for k in range(n):
-        nxt = begin(k + 1) if k + 1 < n else None
-        finish(k, pending)
-        pending = nxt
-
-
 def _set_key(arrays):
     return len(arrays), sum(a.nbytes for a in arrays)
 
@@ -469,22 +432,3 @@ def _through_host(arrays, run):
     for a, (h, copied) in zip(arrays, staged):
         if copied:
             _write_back(a, h)
-
-
-def _sum_terms(out, terms, inv):
-    """Write the mean of ``terms`` (added in rank order) into ``out`` (float16: added in float32)."""
-    if out.dtype == numpy.float16:
-        wide = terms[0].astype(numpy.float32)
-        for t in terms[1:]:
-            numpy.add(wide, t, out=wide)
-        numpy.multiply(wide, numpy.float32(inv), out=out, casting='unsafe')
-        return
-    numpy.add(terms[0], terms[1], out=out)
-    for t in terms[2:]:
-        numpy.add(out, t, out=out)
-    if out.dtype.kind == 'f':
-        numpy.multiply(out, out.dtype.type(inv), out=out)
-    elif out.dtype.kind == 'c':
-        numpy.multiply(out, inv, out=out)
-    else:
-        numpy.floor_divide(out, len(terms), out=out)

@@ -1,4 +1,4 @@
-"""Reduce-scatter and all-gather of owned arrays through node-shared memory (all ranks on one node).
+"""Reduce-scatter and all-gather of owned arrays through node-shared memory.
 
 The shares of :mod:`chainermn_comm.reduce.shard` (each rank's owned arrays laid end to end) move
 through the staging window of :mod:`chainermn_comm.reduce.node_shared` instead of MPI messages,
@@ -14,6 +14,10 @@ which peers may still read), one barrier per round:
   segment (one slot per half: rounds ``size`` times longer); after the barrier every rank copies
   the other owners' slices into its arrays, byte for byte.
 
+With several nodes (:meth:`NodeShares.mean_via_nodes`, :meth:`NodeShares.gather_via_nodes`) each
+node sums every array to its rank whose local rank is the owner's, those ranks average the node
+sums across nodes over MPI (``reduce.shard``), and the way back is the reverse.
+
 Shared memory is no wire: a 16-bit ``wire`` does not apply here (the terms are staged in the
 arrays' own dtype, float16 ones added in float32, as the node-shared all-reduce does).  Every byte
 is written once into shared memory and read from it once by the rank that needs it: no MPI buffer,
@@ -22,7 +26,7 @@ no pack/unpack, and the staging of round ``k + 1`` runs while peers still read r
 
 import numpy
 
-__all__ = ['NodeShares', 'MIN_SLOT_BYTES']
+__all__ = ['NodeShares', 'MIN_SLOT_BYTES', 'sum_terms', 'two_in_flight']
 
 #: Below this many bytes per rank and round the window is too small: the MPI path runs instead.
 MIN_SLOT_BYTES = 64
@@ -41,22 +45,51 @@ class NodeShares:
     ``reduce.shard.share_plan``'s answer (cached by the caller).
     """
 
-    def __init__(self, state, plan_of, sum_terms):
+    def __init__(self, state, plan_of):
         self.state = state
         self.rank = state.local_rank
         self.size = state.local_size
         self._plan_of = plan_of
-        self._sum_terms = sum_terms
         seg = state.segments[0].size
         self.half = seg // 2 // _ALIGN * _ALIGN
         #: Bytes per rank and round of the reduce-scatter (one slot per owner in each half).
         self.slot = self.half // self.size // _ALIGN * _ALIGN
         self._scratch = None
-        #: With several nodes: ``(local rank, cross-node rank)`` of every rank of the job, and the
-        #: collectives over ``state.inter`` (the ranks of this local rank on every node); set by
-        #: ``reduce.shard``.
+        #: With several nodes: ``(local rank, cross-node rank)`` of every rank of the job (None: one node).
         self.places = None
-        self.across = None
+        self._mean_across = self._gather_across = None
+
+    def join_nodes(self, places, mean_across, gather_across):
+        """Span several nodes: ``places`` (see the attribute), and the MPI reduce-scatter
+        ``mean_across(flats, owners, codec, inv)`` and all-gather ``gather_across(flats, owners)``
+        over ``state.inter`` (this local rank's ranks on every node; owners: their ranks there)."""
+        self.places = places
+        self._mean_across, self._gather_across = mean_across, gather_across
+
+    def mean_via_nodes(self, flats, owners, codec, inv):
+        """Several nodes: sum to the owner's local rank on every node, then average across nodes.
+
+        Each node's sum of an array goes, through node-shared memory, to the rank of that node
+        whose local rank is the owner's (exact: no wire inside a node); those ranks, one per node,
+        average the node sums to the owner over MPI (``codec`` applies there; ``inv``: 1 / ranks of
+        the job).  Each node's link carries each node's sum once, as the all-reduce does.  That
+        rank's copy then holds its node's sum (not its own term).
+        """
+        places = self.places
+        local = tuple(places[o][0] for o in owners)
+        self.mean_to_owners(flats, local, inv=1.0)
+        mine = [i for i, r in enumerate(local) if r == self.rank]  # the same on every node
+        if mine:
+            self._mean_across([flats[i] for i in mine], tuple(places[owners[i]][1] for i in mine), codec, inv)
+
+    def gather_via_nodes(self, flats, owners):
+        """Several nodes: the owners' bytes to their local rank on every node, then to that node's ranks."""
+        places = self.places
+        local = tuple(places[o][0] for o in owners)
+        mine = [i for i, r in enumerate(local) if r == self.rank]
+        if mine:
+            self._gather_across([flats[i] for i in mine], tuple(places[owners[i]][1] for i in mine))
+        self.gather_from_owners(flats, local)
 
     @property
     def usable(self):
@@ -97,7 +130,7 @@ class NodeShares:
                 terms = [out if p == me else segs[p][lo:hi].view(f.dtype) for p in range(size)]
                 if me >= 2:  # the first two terms are added into ``out``: keep my term apart
                     terms[me] = self._copy_of(out)
-                self._sum_terms(out, terms, inv)
+                sum_terms(out, terms, inv)
 
         n = len(rounds)
         stage(0)
@@ -147,3 +180,37 @@ class NodeShares:
         out = self._scratch[:need].view(a.dtype)
         out[...] = a
         return out
+
+
+def two_in_flight(n, begin, finish):
+    """Run rounds ``0..n-1``: begin round ``k + 1`` (pack, nonblocking call) before finishing round ``k``.
+
+    The link carries one round while this rank packs the next and unpacks or sums the last (two
+    buffers each way); rounds finish in order on every rank, and each element is summed once, so
+    the bits are those of one round at a time.
+    """
+    pending = begin(0)
+    for k in range(n):
+        nxt = begin(k + 1) if k + 1 < n else None
+        finish(k, pending)
+        pending = nxt
+
+
+def sum_terms(out, terms, inv):
+    """Write the sum of ``terms`` (added in rank order) times ``inv`` into ``out`` (float16: added in
+    float32; integers: divided by the number of terms)."""
+    if out.dtype == numpy.float16:
+        wide = terms[0].astype(numpy.float32)
+        for t in terms[1:]:
+            numpy.add(wide, t, out=wide)
+        numpy.multiply(wide, numpy.float32(inv), out=out, casting='unsafe')
+        return
+    numpy.add(terms[0], terms[1], out=out)
+    for t in terms[2:]:
+        numpy.add(out, t, out=out)
+    if out.dtype.kind == 'f':
+        numpy.multiply(out, out.dtype.type(inv), out=out)
+    elif out.dtype.kind == 'c':
+        numpy.multiply(out, inv, out=out)
+    else:
+        numpy.floor_divide(out, len(terms), out=out)
