@@ -29,13 +29,14 @@ from chainermn_comm.averaging import Averaging, ModelAverage, averaging_of
 from chainermn_comm.reduce.chunked import ChunkedReducer
 from chainermn_comm.guard import fail_together, guarded_call
 from chainermn_comm.reduce.node_shared import NodeReducer
+from chainermn_comm.reduce.shard import ShardCollectives
 from chainermn_comm.reduce.stream import Pacer
 from chainermn_comm._topology import detect_topology
 from chainermn_comm.reduce.tune import AUTO as WIRE_AUTO
 from chainermn_comm.reduce.tune import (CallTuning, Tuner, apply_reducer_config, first, is_auto, knobs_tunable,
                                         reducer_axes)
 
-__all__ = ['Averaging', 'ModelAverage', 'averaging_of', 'ChunkedReducer', 'NodeReducer', 'Pacer',
+__all__ = ['Averaging', 'ModelAverage', 'averaging_of', 'ChunkedReducer', 'NodeReducer', 'ShardCollectives', 'Pacer',
            'detect_topology', 'fail_together', 'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
            'knobs_tunable', 'is_auto', 'CallTuning', 'first', 'WIRE_AUTO', 'grad_dtype',
            'mark_next_collective', 'collective_marks', 'rank_hosts']
