@@ -10,6 +10,9 @@ here, never from comm's underscore modules (a test walks the sources for that).
   communicator) are how siblings reach its checked call and its averages.
 - :class:`ChunkedReducer`: all-reduce and broadcast host arrays in pieces through reused buffers.
 - :class:`NodeReducer`: average host gradients through node-shared memory, MPI between nodes.
+- :class:`ShardCollectives`: reduce-scatter arrays to their owner ranks and all-gather them back
+  (sharded optimizer state; ``comm.averaging.shard_collectives()`` is a communicator's own, and
+  the overlap makes one over its duplicated communicator).
 - :class:`Pacer`: polite waiting for a nonblocking collective run from a helper thread.
 - :func:`detect_topology`: which ranks share a node.
 - :func:`fail_together`: raise the same error on every rank when one rank's input is invalid.
