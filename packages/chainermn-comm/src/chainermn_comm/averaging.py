@@ -235,7 +235,8 @@ class Averaging:
         shard = self.__dict__.get('_shard')
         if shard is None:
             from chainermn_comm.reduce.shard import ShardCollectives
-            shard = self._shard = ShardCollectives(self.comm.mpi_comm, lambda: self.guard, self.nccl)
+            shard = self._shard = ShardCollectives(self.comm.mpi_comm, lambda: self.guard, self.nccl,
+                                                   reducer_of=lambda: self.reducer)
         return shard
 
     def free(self):

@@ -10,6 +10,9 @@ here, never from comm's underscore modules (a test walks the sources for that).
   communicator) are how siblings reach its checked call and its averages.
 - :class:`ChunkedReducer`: all-reduce and broadcast host arrays in pieces through reused buffers.
 - :class:`NodeReducer`: average host gradients through node-shared memory, MPI between nodes.
+- :class:`ShardCollectives`: reduce-scatter arrays to their owner ranks and all-gather them back
+  (sharded optimizer state; ``comm.averaging.shard_collectives()`` is a communicator's own, and
+  the overlap makes one over its duplicated communicator).
 - :class:`Pacer`: polite waiting for a nonblocking collective run from a helper thread.
 - :func:`detect_topology`: which ranks share a node.
 - :func:`fail_together`: raise the same error on every rank when one rank's input is invalid.
@@ -29,13 +32,15 @@ from chainermn_comm.averaging import Averaging, ModelAverage, ThreadReducer, ave
 from chainermn_comm.reduce.chunked import ChunkedReducer
 from chainermn_comm.guard import fail_together, guarded_call
 from chainermn_comm.reduce.node_shared import NodeReducer
+from chainermn_comm.reduce.shard import ShardCollectives
 from chainermn_comm.reduce.stream import Pacer
 from chainermn_comm._topology import detect_topology
 from chainermn_comm.reduce.tune import AUTO as WIRE_AUTO
 from chainermn_comm.reduce.tune import (CallTuning, Tuner, apply_reducer_config, first, is_auto, knobs_tunable,
                                         reducer_axes)
 
-__all__ = ['Averaging', 'ModelAverage', 'ThreadReducer', 'thread_reducer', 'averaging_of', 'ChunkedReducer', 'NodeReducer', 'Pacer',
+__all__ = ['Averaging', 'ModelAverage', 'ThreadReducer', 'thread_reducer', 'averaging_of', 'ChunkedReducer',
+           'NodeReducer', 'ShardCollectives', 'Pacer',
            'detect_topology', 'fail_together', 'guarded_call', 'nccl_dtype', 'Tuner', 'reducer_axes', 'apply_reducer_config',
            'knobs_tunable', 'is_auto', 'CallTuning', 'first', 'WIRE_AUTO', 'grad_dtype',
            'mark_next_collective', 'collective_marks', 'rank_hosts']

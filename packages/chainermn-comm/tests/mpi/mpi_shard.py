@@ -13,6 +13,9 @@ from chainermn_comm.reduce import codecs, shard
 
 NAMES = [n for n in os.environ.get('CHAINERMN_TEST_SHARD_COMMS', 'naive').split(',') if n]
 GPU = os.environ.get('CHAINERMN_TEST_SHARD_GPU') == '1'
+#: Several nodes of several ranks through node-shared memory: a node's sum goes to the owner's local
+#: rank there (``reduce.shard``, ``_mean_nodes``), so that rank's copy is not left as it was.
+NODES = os.environ.get('CHAINERMN_TEST_SHARD_NODES') == '1'
 _comms = {}
 
 
@@ -89,7 +92,7 @@ def test_mean_to_owners_exact(name, kind, chunk):
         if r == comm.rank:
             tol = 2e-3 if got.dtype == numpy.float16 else 1e-6
             numpy.testing.assert_allclose(got, _expected_mean(terms, i), rtol=tol, atol=tol)
-        else:
+        elif not NODES or got.dtype.itemsize < 4:
             assert numpy.array_equal(got, terms[comm.rank][i])  # left as it was
 
 
@@ -166,3 +169,66 @@ def test_share_plan_covers_every_byte():
         spans = sorted(seen.get(i, []))
         assert sum(b - a for a, b in spans) == n
     assert all(c[3] == 0 for c in counts)  # rank 3 owns nothing
+
+
+EXPECT_NODE = os.environ.get('CHAINERMN_TEST_SHARD_EXPECT_NODE')
+
+
+@pytest.mark.skipif(EXPECT_NODE is None or GPU, reason='the launcher says which path to expect')
+@pytest.mark.parametrize('name', NAMES)
+def test_which_path_carries_the_shares(name):
+    comm = get(name)
+    sc = comm.averaging.shard_collectives()
+    assert sc.on_node_shared_memory() is (EXPECT_NODE == '1' and comm.size > 1)
+
+
+@pytest.mark.skipif(GPU, reason='host paths')
+@pytest.mark.parametrize('name', NAMES)
+@pytest.mark.parametrize('kind', ['round', 'one', 'big0'])
+def test_node_and_message_paths_give_the_same_bits(name, kind):
+    # The node-shared path adds the same terms in the same order as the MPI path: the same bits
+    # (across nodes it adds each node's sum first: the same within rounding).
+    comm = get(name)
+    via_node = comm.averaging.shard_collectives()
+    via_mpi = shard.ShardCollectives(comm.mpi_comm, lambda: comm.averaging.guard, chunk=4096)
+    terms = _terms(comm.size, seed=11)
+    owners = _owners(len(SHAPES), comm.size, kind)
+    a = [t.copy() for t in terms[comm.rank]]
+    b = [t.copy() for t in terms[comm.rank]]
+    via_node.mean_to_owners(a, owners)
+    via_mpi.mean_to_owners(b, owners)
+    mine = [i for i, r in enumerate(owners) if r == comm.rank]
+    if NODES:
+        for i in mine:
+            tol = 2e-3 if a[i].dtype == numpy.float16 else 1e-6
+            numpy.testing.assert_allclose(a[i], b[i], rtol=tol, atol=tol)
+    else:
+        assert [x.tobytes() for x in a] == [y.tobytes() for y in b]
+    via_node.gather_from_owners(a, owners)
+    via_mpi.gather_from_owners(b, owners)
+    if not NODES:
+        assert [x.tobytes() for x in a] == [y.tobytes() for y in b]
+    assert comm.allgather_obj([x.tobytes() for x in a]) == [[x.tobytes() for x in a]] * comm.size
+
+
+@pytest.mark.skipif(GPU, reason='host paths')
+@pytest.mark.parametrize('name', NAMES)
+def test_non_contiguous_and_many_rounds(name):
+    comm = get(name)
+    sc = comm.averaging.shard_collectives()
+    rng = numpy.random.RandomState(3 + comm.rank)
+    base = rng.standard_normal((400, 300)).astype(numpy.float32)
+    arrays = [base[:, ::2], rng.standard_normal(70001).astype(numpy.float32),
+              (rng.standard_normal(999) + 1j * rng.standard_normal(999)).astype(numpy.complex128)]
+    before = [x.copy() for x in arrays]
+    every = comm.allgather_obj(before)
+    owners = [comm.size - 1, 0, comm.size // 2]
+    sc.mean_to_owners(arrays, owners)
+    for i, r in enumerate(owners):
+        if r == comm.rank:
+            want = sum(e[i] for e in every) / comm.size
+            numpy.testing.assert_allclose(arrays[i], want, rtol=1e-5, atol=1e-6)
+        elif not NODES:
+            assert numpy.array_equal(arrays[i], before[i])
+    sc.gather_from_owners(arrays, owners)
+    assert comm.allgather_obj([x.tobytes() for x in arrays]) == [[x.tobytes() for x in arrays]] * comm.size

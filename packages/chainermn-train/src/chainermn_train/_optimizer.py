@@ -359,8 +359,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         shard_state (bool): keep and update only this rank's share of the optimizer state
             (ZeRO stage 1-2): gradients are averaged to each parameter's owner, each rank runs the
             update rules of its own parameters, and the updated parameters are all-gathered
-            (docs/sharded_state.md).  Not with ``double_buffering``, ``overlap`` or a ``comm_hook``
-            other than the built-in wires.
+            (docs/sharded_state.md); with ``overlap=True`` the buckets are reduce-scattered to
+            their owners during backward.  Not with ``double_buffering`` or a ``comm_hook`` other
+            than the built-in wires.
 
     Returns:
         A :class:`MultiNodeOptimizer` that behaves like ``actual_optimizer``.

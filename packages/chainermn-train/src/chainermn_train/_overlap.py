@@ -35,8 +35,14 @@ communicator (``pure_nccl``, ``single_node``) are averaged on a side CUDA stream
 one dtype, ``run_backward`` runs the plain path.  With ``allreduce_grad_dtype`` (e.g.
 float16) the buckets cross the network in that dtype, scaled, summed in float32 and cast
 back, exactly as ``multi_node_mean_grad`` does it.
+
+With sharded optimizer state (``shard_state=True``: the averaging interface's strategy is
+``'shard'``) each complete bucket is reduce-scattered to its parameters' owners instead
+(``engine.ShardCollectives`` over this object's communicator and reducer): the same sums as the
+reduce-scatter after backward, so the same bits; the all-gather follows the step.
 """
 
+import contextlib
 import os
 import threading
 import zlib
@@ -119,6 +125,7 @@ class BackwardOverlap:
         self._pacer = engine.Pacer()
         self.set_mode('inline' if self._hook_run else _pick_mode(topology.intra_size, self._setting))
         self._stream = None  # the side CUDA stream of the device path, made on first use
+        self._shares = None  # the reduce-scatter of buckets to their owners (shard_state=True)
         self._layout = None
         self._code = _overlap_graph.backprop_frame_code()
         #: Parameters whose gradient was averaged while backward was still running, last call.
@@ -172,6 +179,11 @@ class BackwardOverlap:
         if group is not None:
             run = _overlap_device.DeviceRun(layout, group, 1.0 / self._mpi_comm.Get_size(),
                                             self._side_stream())
+        elif self.average.strategy == 'shard':
+            shard = self.average.shard
+            shard.check_hooks()  # before any collective, on every rank
+            shard.layout()
+            run = _ShardRun(layout, self._shard_collectives(), self.mode, shard.owners_of(params), shard.wire)
         elif self._hook_run:
             run = _overlap_hook.HookRun(layout, self.average, [n for n, _ in named])
         else:
@@ -196,7 +208,8 @@ class BackwardOverlap:
     def _device_group(self, params):
         """Return the NCCL group for the side-stream path, or None for the host or plain path."""
         setting = self._setting
-        if setting == 'end' or (self._mpi_comm.Get_size() == 1 and setting != 'stream') or self._hook_run:
+        if setting == 'end' or (self._mpi_comm.Get_size() == 1 and setting != 'stream') or self._hook_run \
+                or self.average.strategy == 'shard':  # sharded state: device buckets average after backward
             return None
         if self.hook is None:  # the communicator's own wire
             return _overlap_device.device_group(self.communicator, params)
@@ -208,6 +221,13 @@ class BackwardOverlap:
             # Non-blocking: the legacy default stream Chainer computes on must not wait for it.
             self._stream = cupy.cuda.Stream(non_blocking=True)
         return self._stream
+
+    def _shard_collectives(self):
+        if self._shares is None:
+            # Unchecked: the whole call runs under the communicator's guard (run_backward).
+            self._shares = engine.ShardCollectives(self._mpi_comm, lambda: _unchecked,
+                                                   reducer_of=lambda: self._reducer)
+        return self._shares
 
     def _flat_dtype(self, params):
         if self._mpi_comm.Get_size() == 1 or not params:
@@ -377,3 +397,31 @@ class _Run(_buckets.BucketFill):
         self.thread.join()
         if self.error is not None:
             raise self.error
+
+
+class _ShardRun(_Run):
+    """One call with sharded state: each complete bucket is reduce-scattered to its parameters' owners."""
+
+    def __init__(self, layout, shares, mode, owners, wire):
+        super().__init__(layout, None, mode)
+        self.shares = shares
+        self.owners = owners
+        self.wire = wire
+
+    def _average(self, first, last=None):
+        members = [i for b in range(first, (first if last is None else last) + 1)
+                   for i in self.layout.buckets[b]]
+        views = [self.layout.flat_views[i] for i in members]
+        for i, v in zip(members, views):
+            numpy.copyto(v, self.grads[i], casting='unsafe')  # Chainer's arrays are only read
+        started = trace.now() if trace.ON else None
+        self.shares.mean_to_owners(views, [self.owners[i] for i in members], wire=self.wire)
+        if started is not None:
+            trace.record(_tracing.bucket_name(first, last), 'comm', started, trace.now(),
+                         _tracing.bucket_args(views, None, self.call))
+        for i in members:
+            self.grads[i] = None
+
+
+def _unchecked(name, sig, key=None):
+    return contextlib.nullcontext()

@@ -29,7 +29,10 @@ __all__ = ['ShardedUpdate', 'partition', 'state_bytes', 'unsupported_hooks', 're
 
 
 def refuse_options(comm, double_buffering, overlap, comm_hook):
-    """Raise ValueError for options that sharded state cannot honour; return the reduce-scatter's wire."""
+    """Raise ValueError for options that sharded state cannot honour; return the reduce-scatter's wire.
+
+    ``overlap`` is honoured: ``BackwardOverlap`` reduce-scatters its buckets to their owners.
+    """
     what = 'create_multi_node_optimizer(shard_state=True)'
     if double_buffering:
         raise ValueError(
@@ -37,12 +40,6 @@ def refuse_options(comm, double_buffering, overlap, comm_hook):
             'gradients while the next iteration runs, but with sharded state the next forward pass '
             'needs the parameters all-gathered from their owners after this update, so nothing is '
             'left to overlap; use one or the other'.format(what))
-    if overlap:
-        raise ValueError(
-            '{}: overlap=True is refused: its buckets are all-reduced during backward in the order '
-            'gradients appear, while sharded state reduce-scatters each parameter to its owner '
-            'after backward (bucketed reduce-scatter during backward is not built yet); use one or '
-            'the other'.format(what))
     if comm_hook is not None and not comm_hook.is_wire:
         raise ValueError(
             '{}: comm_hook={!r} is refused: a communication hook such as PowerSGD compresses and '
@@ -166,6 +163,11 @@ class ShardedUpdate:
             self.owners = tuple(partition([p.array.nbytes for p in params], self.comm.size))
             self._sig = sig
         return self.params, self.owners
+
+    def owners_of(self, params):
+        """Return the owner rank of each of ``params`` (the model's, after :meth:`layout`)."""
+        owner = {id(p): r for p, r in zip(self.params, self.owners)}
+        return tuple(owner[id(p)] for p in params)
 
     def owned(self):
         """Return the parameters this rank owns (after :meth:`layout`)."""

@@ -1,6 +1,7 @@
 """Per-rank tests of shard_state=True (run by test_sharded_mpi.py at 1, 2 and 3 ranks)."""
 
 import hashlib
+import os
 
 import chainer
 import chainer.functions as F
@@ -87,11 +88,11 @@ def make_opt(config):
     raise ValueError(config)
 
 
-def train(kind, config, shard, steps=30, comm_hook=None):
+def train(kind, config, shard, steps=30, comm_hook=None, overlap=False):
     c = comm()
     model = make(kind)
     opt, hook_list = make_opt(config)
-    mn = create_multi_node_optimizer(opt, c, shard_state=shard, comm_hook=comm_hook)
+    mn = create_multi_node_optimizer(opt, c, shard_state=shard, comm_hook=comm_hook, overlap=overlap)
     mn.setup(model)
     for h in hook_list:
         mn.add_hook(h)
@@ -145,6 +146,26 @@ def test_same_as_unsharded_and_bitwise_on_every_rank(kind, config):
     assert sum(c.allgather_obj(mine)) == total
 
 
+@pytest.mark.parametrize('kind,config', [('mlp', 'adam'), ('cnn', 'momentum'), ('tiny', 'adam')])
+def test_overlap_reduce_scatters_buckets(kind, config):
+    # CHAINERMN_OVERLAP_MODE (set by the launcher: thread, inline or end) says when the buckets go;
+    # small buckets (CHAINERMN_OVERLAP_BUCKET_BYTES) make several per model.
+    c = comm()
+    ref, _ = train(kind, config, False, steps=12)
+    got, opt = train(kind, config, True, steps=12, overlap=True)
+    assert opt._mn_shard is not None and opt._overlap is not None
+    for (n, a), (_, b) in zip(sorted(ref.namedparams()), sorted(got.namedparams())):
+        scale = max(1e-3, float(numpy.abs(a.array).max()) if a.array.size else 1.0)
+        numpy.testing.assert_allclose(b.array, a.array, rtol=1e-6, atol=1e-6 * scale, err_msg=n)
+    assert len(set(c.allgather_obj(digest(got)))) == 1
+    shard = opt._mn_shard
+    for p, r in zip(shard.params, shard.owners):
+        assert (p.update_rule.state is None) == (r != c.rank) or config != 'adam'
+    mode = os.environ.get('CHAINERMN_OVERLAP_MODE')
+    if mode in ('thread', 'inline') and c.size > 1 and kind != 'tiny':
+        assert opt._overlap.mode == mode and opt._overlap.early_params > 0
+
+
 def test_partition_is_balanced_and_deterministic():
     sizes = [100, 7, 0, 50, 50, 3, 3, 0, 1000]
     for n in (1, 2, 3, 4, 12):
@@ -160,8 +181,8 @@ def test_refusals_name_the_option():
     c = comm()
     with pytest.raises(ValueError, match='double_buffering=True is refused'):
         create_multi_node_optimizer(chainer.optimizers.SGD(), c, double_buffering=True, shard_state=True)
-    with pytest.raises(ValueError, match='overlap=True is refused'):
-        create_multi_node_optimizer(chainer.optimizers.SGD(), c, overlap=True, shard_state=True)
+    # overlap=True reduce-scatters its buckets to the owners (test_overlap_reduce_scatters_buckets).
+    assert create_multi_node_optimizer(chainer.optimizers.SGD(), c, overlap=True, shard_state=True).overlap
     with pytest.raises(ValueError, match='PowerSGD'):
         create_multi_node_optimizer(chainer.optimizers.SGD(), c, comm_hook=hooks.PowerSGD(rank=2),
                                     shard_state=True)

@@ -169,6 +169,23 @@ class NodeReducer:
             src, dst = groups[red_dtype]
             self._mean_group(red_dtype, src, dst)
 
+    def shares_window(self):
+        """Return the node-shared state when the path is usable, else None.
+
+        For the reduce-scatter and all-gather of owned arrays (``reduce.shard_node``): the same
+        conditions as the average's (``CHAINERMN_SHM_REDUCE``, more than one rank and the same
+        number on every node, every node's ranks really sharing memory).  The state's ``local``
+        and ``inter`` (None on one node) are the node's and the cross-node communicators.  Sets
+        the path up at the first call of ``mean`` or this (collective over ``mpi_comm``); the
+        answer is the same on every rank.
+        """
+        if self.mpi_comm.Get_size() == 1:
+            return None
+        if self._state is None:
+            self._state = self._setup()
+            self.messages_only = self._state is False or not self.use_shared
+        return self._state or None
+
     def release_unused(self):
         """Drop what only other chunk sizes use: MPI buffers and shared-memory plans (after tuning)."""
         self.chunked.release_unused()

@@ -1,18 +1,30 @@
 """Reduce-scatter and all-gather of whole arrays to and from their owners (sharded optimizer state).
 
 Every array has one owner rank.  :meth:`ShardCollectives.mean_to_owners` leaves in each owner's
-arrays the average over all ranks (the other ranks' copies are left as they were), and
+arrays the average over all ranks (the other ranks' copies are left as they were, except, across
+nodes through node-shared memory, those of the owner's local rank on the other nodes: they hold
+their node's sum), and
 :meth:`ShardCollectives.gather_from_owners` copies every owner's arrays to every rank, byte for
 byte.  Together they move the bytes of one all-reduce.
 
-Each rank's share is its arrays one after another (each padded to 8 bytes), and the shares move
+Each rank's share is its arrays one after another (each padded to 16 bytes), and the shares move
 in rounds of at most ``chunk`` bytes per rank through buffers that are reused (one huge MPI call is
 slow on MPICH: ARCHITECTURE.md, "Big messages"):
 
-- host: an ``Alltoallv`` of the terms of each rank's slice, summed by the owner in rank order
-  (deterministic), in the array's dtype or, on a 16-bit wire, in float32 (``reduce.codecs``;
-  float16 terms are prescaled by ``1/size`` and a power of two the ranks agree on, as the
-  all-reduce does); the way back is an ``Allgatherv`` of the owners' bytes.
+- host, every rank on one node and the node-shared path of the average usable (the same
+  conditions: ``CHAINERMN_SHM_REDUCE``, ranks really sharing memory): through the average's
+  node-shared window (``reduce.shard_node``), the same sums in the same order, no MPI message;
+- host, several nodes of the same number of ranks and the node-shared path usable: each node's
+  sum of an array goes through node-shared memory to the node's rank whose local rank is the
+  owner's, and those ranks (one per node) average the node sums to the owner as below (the wire
+  applies there; float16 and integer sets take the path below); the way back in reverse.  Each
+  node's link carries each node's sum once, as the all-reduce does;
+- host, otherwise: an ``Ialltoallv`` of the terms of each rank's slice, summed by the owner in
+  rank order (deterministic), in the array's dtype or, on a 16-bit wire, in float32
+  (``reduce.codecs``; float16 terms are prescaled by ``1/size`` and a power of two the ranks agree
+  on, as the all-reduce does); the way back is an ``Iallgatherv`` of the owners' bytes.  Two
+  rounds are in flight (two buffers each way): the link carries one while the rank packs the
+  next and sums or unpacks the last.
 - device, on a communicator with an NCCL group over all ranks: ``reduceScatter`` per dtype and
   ``allGather`` of bytes, each rank's slice padded to the round's size (NCCL counts are equal).
   A 16-bit wire on the device goes through the host path.
@@ -30,15 +42,19 @@ from chainermn_comm import _arrays
 from chainermn_comm.guard import stable_code
 from chainermn_comm.reduce import codecs as _codecs
 from chainermn_comm.reduce import half as _half
+from chainermn_comm.reduce.shard_node import NodeShares
+from chainermn_comm.reduce.shard_node import sum_terms as _sum_terms
+from chainermn_comm.reduce.shard_node import two_in_flight as _two_in_flight
 
 __all__ = ['ShardCollectives', 'share_plan', 'DEFAULT_CHUNK_BYTES']
 
 #: Bytes per rank and round (the buffers hold ``size`` times this), at most.
 DEFAULT_CHUNK_BYTES = 1 << 20
-#: The host buffers' size that the default round keeps to with many ranks (``size * chunk``).
+#: The host buffers' size that the default round keeps to with many ranks (``size * chunk``; two
+#: such buffers each way).
 _BUFFER_BYTES = 16 << 20
 _MIN_CHUNK = 64 << 10
-_ALIGN = 8
+_ALIGN = 16  # a piece never splits an element (complex128 included)
 _AUTO_ROUNDS = 2          # timed calls per candidate wire under 'auto'
 _AUTO_CANDIDATES = (None, 'bfloat16', 'float16')
 
@@ -87,11 +103,14 @@ class ShardCollectives:
 
     Made by the communicator (``comm.averaging.shard_collectives()``): ``mpi_comm`` is its MPI
     communicator, ``guard_of()`` returns its call guard, ``nccl`` its NCCL group over all ranks
-    (or None).
+    (or None), ``reducer_of()`` its host reducer (``reduce.node_shared.NodeReducer``, or None:
+    MPI messages only), whose node-shared window carries the shares when all ranks share a node.
     """
 
-    def __init__(self, mpi_comm, guard_of, nccl=None, chunk=None):
+    def __init__(self, mpi_comm, guard_of, nccl=None, chunk=None, reducer_of=None):
         self.mpi_comm = mpi_comm
+        self._reducer_of = reducer_of
+        self._node = None  # NodeShares over the reducer's window, while that window lives
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
         self._guard_of = guard_of
@@ -141,12 +160,19 @@ class ShardCollectives:
         with self._guard_of()('gather_from_owners', sig, key=(shapes, codes, owners)):
             if self._on_nccl(arrays):
                 self._gather_nccl(arrays, owners)
+                return
+            node = self._node_shares()
+            if node is not None and node.places is None:
+                _through_host(arrays, lambda flats: node.gather_from_owners(flats, owners))
+            elif node is not None:
+                _through_host(arrays, lambda flats: node.gather_via_nodes(flats, owners))
             else:
                 self._gather_host(arrays, owners)
 
     def with_chunk(self, chunk):
         """Return collectives on the same communicator that move ``chunk`` bytes per rank and round."""
-        return ShardCollectives(self.mpi_comm, self._guard_of, nccl=self.nccl, chunk=chunk)
+        return ShardCollectives(self.mpi_comm, self._guard_of, nccl=self.nccl, chunk=chunk,
+                                reducer_of=self._reducer_of)
 
     def wire_chosen(self, arrays):
         """Return the wire ``'auto'`` settled on for ``arrays`` (None: exact), or False while it is timing."""
@@ -157,6 +183,11 @@ class ShardCollectives:
         """Drop the reused buffers and plans."""
         self._bufs.clear()
         self._plans.clear()
+        self._node = None
+
+    def on_node_shared_memory(self):
+        """Return whether the host shares move through node-shared memory (collective at first call)."""
+        return self.size > 1 and self._node_shares() is not None
 
     # -- checks and plans --------------------------------------------------------------
     def _check(self, arrays, owners, what):
@@ -188,17 +219,46 @@ class ShardCollectives:
     def _on_nccl(self, arrays):
         return self.nccl is not None and arrays and all(_arrays.is_device(a) for a in arrays)
 
+    def _node_shares(self):
+        """Return the :class:`NodeShares` of the reducer's window, or None (MPI messages).
+
+        Collective at the first call (the reducer's set-up); the same answer on every rank.
+        """
+        reducer = self._reducer_of() if self._reducer_of is not None else None
+        state = None if reducer is None else reducer.shares_window()
+        if state is None:
+            self._node = None
+            return None
+        node = self._node
+        if node is None or node.state is not state:
+            node = self._node = NodeShares(state, self._plan)
+            if state.inter is not None:  # several nodes: where every rank sits (collective)
+                across = ShardCollectives(state.inter, None)
+                node.join_nodes(self.mpi_comm.allgather((state.local_rank, state.inter.Get_rank())),
+                                across._mean_host, across._gather_host)
+        return node if node.usable else None
+
     # -- the average ------------------------------------------------------------------------
     def _mean(self, arrays, owners, wire):
         codec = _codecs.codec_of(wire)
         if codec is None and self._on_nccl(arrays) and \
                 all(a.dtype.kind == 'f' and a.dtype.itemsize >= 2 for a in arrays):
             self._mean_nccl(arrays, owners)
+            return
+        node = self._node_shares()
+        if node is not None and node.places is None:  # shared memory is no wire: exact sums
+            _through_host(arrays, lambda flats: node.mean_to_owners(flats, owners))
+        elif node is not None and all(a.dtype.kind in 'fc' and a.dtype.itemsize >= 4 for a in arrays):
+            _through_host(arrays, lambda flats: node.mean_via_nodes(flats, owners, codec, 1.0 / self.size))
         else:
             self._mean_host(arrays, owners, codec)
 
     def _mean_auto(self, arrays, owners):
         auto = self._autos.setdefault(_set_key(arrays), {'times': {}, 'calls': 0, 'choice': False})
+        if auto['choice'] is False and not self._on_nccl(arrays):
+            node = self._node_shares()
+            if node is not None and node.places is None:
+                auto['choice'] = None  # nothing crosses a wire: exact, without timing
         if auto['choice'] is not False:
             self._mean(arrays, owners, auto['choice'])
             return
@@ -219,7 +279,7 @@ class ShardCollectives:
         best = int(numpy.argmin(row))
         auto['choice'] = _AUTO_CANDIDATES[best] if row[best] < 0.9 * row[0] else None
 
-    def _mean_host(self, arrays, owners, codec):
+    def _mean_host(self, arrays, owners, codec, inv=None):
         staged = [_host_flat(a) for a in arrays]
         flats = [h for h, _ in staged]
         wire_sizes = [codec.itemsize if codec is not None and f.dtype.kind == 'f' else f.dtype.itemsize
@@ -229,13 +289,15 @@ class ShardCollectives:
                                      tuple(f.dtype.str for f in flats)), nbytes, owners, self.chunk)
         size, rank, chunk = self.size, self.rank, self.chunk
         up = down = None
+        inv = 1.0 / size if inv is None else inv
         if codec is not None and codec.prescale:
-            up, down = _half.shared_factors(self.mpi_comm, flats, 1.0 / size)
-        send = self._buf('send', size * chunk)
-        recv = self._buf('recv', size * chunk)
+            up, down = _half.shared_factors(self.mpi_comm, flats, inv)
+        sends = [self._buf('send', size * chunk), self._buf('send2', size * chunk)]
+        recvs = [self._buf('recv', size * chunk), self._buf('recv2', size * chunk)]
         displs = [r * chunk for r in range(size)]
-        inv = 1.0 / size
-        for pieces, count in zip(rounds, counts):
+
+        def begin(k):
+            pieces, count, send, recv = rounds[k], counts[k], sends[k & 1], recvs[k & 1]
             for r in range(size):
                 base = r * chunk
                 for i, start, stop, off in pieces[r]:
@@ -247,8 +309,13 @@ class ShardCollectives:
                     else:
                         dst.view(src.dtype)[...] = src
             mine = count[rank]
-            self.mpi_comm.Alltoallv([send, count, displs, _byte()], [recv, [mine] * size, displs, _byte()])
-            for i, start, stop, off in pieces[rank]:
+            return self.mpi_comm.Ialltoallv([send, count, displs, _byte()],
+                                            [recv, [mine] * size, displs, _byte()])
+
+        def finish(k, request):
+            request.Wait()
+            recv = recvs[k & 1]
+            for i, start, stop, off in rounds[k][rank]:
                 w = wire_sizes[i]
                 out = flats[i][start // w:stop // w]
                 terms = [recv[s * chunk + off:s * chunk + off + stop - start] for s in range(size)]
@@ -258,6 +325,8 @@ class ShardCollectives:
                     _half.scale_into(out, wide, inv if down is None else down[i])
                 else:
                     _sum_terms(out, [t.view(out.dtype) for t in terms], inv)
+
+        _two_in_flight(len(rounds), begin, finish)
         for a, (h, copied) in zip(arrays, staged):
             if copied:
                 _write_back(a, h)
@@ -293,19 +362,27 @@ class ShardCollectives:
         flats = [h.view(numpy.uint8) if h.size else numpy.empty(0, numpy.uint8) for h, _ in staged]
         rounds, counts = self._plan('gather', [f.size for f in flats], owners, self.chunk)
         size, rank, chunk = self.size, self.rank, self.chunk
-        send = self._buf('send', chunk)
-        recv = self._buf('recv', size * chunk)
+        sends = [self._buf('send', chunk), self._buf('send2', chunk)]
+        recvs = [self._buf('recv', size * chunk), self._buf('recv2', size * chunk)]
         displs = [r * chunk for r in range(size)]
-        for pieces, count in zip(rounds, counts):
+
+        def begin(k):
+            pieces, count, send = rounds[k], counts[k], sends[k & 1]
             for i, start, stop, off in pieces[rank]:
                 send[off:off + stop - start] = flats[i][start:stop]
-            self.mpi_comm.Allgatherv([send, count[rank], _byte()], [recv, count, displs, _byte()])
+            return self.mpi_comm.Iallgatherv([send, count[rank], _byte()], [recvs[k & 1], count, displs, _byte()])
+
+        def finish(k, request):
+            request.Wait()
+            recv = recvs[k & 1]
             for r in range(size):
                 if r == rank:
                     continue
                 base = r * chunk
-                for i, start, stop, off in pieces[r]:
+                for i, start, stop, off in rounds[k][r]:
                     flats[i][start:stop] = recv[base + off:base + off + stop - start]
+
+        _two_in_flight(len(rounds), begin, finish)
         for a, (h, copied) in zip(arrays, staged):
             if copied:
                 _write_back(a, h)
@@ -348,20 +425,10 @@ def _write_back(a, host):
     a[...] = _arrays.like(host.reshape(a.shape), a)
 
 
-def _sum_terms(out, terms, inv):
-    """Write the mean of ``terms`` (added in rank order) into ``out`` (float16: added in float32)."""
-    if out.dtype == numpy.float16:
-        wide = terms[0].astype(numpy.float32)
-        for t in terms[1:]:
-            numpy.add(wide, t, out=wide)
-        numpy.multiply(wide, numpy.float32(inv), out=out, casting='unsafe')
-        return
-    numpy.add(terms[0], terms[1], out=out)
-    for t in terms[2:]:
-        numpy.add(out, t, out=out)
-    if out.dtype.kind == 'f':
-        numpy.multiply(out, out.dtype.type(inv), out=out)
-    elif out.dtype.kind == 'c':
-        numpy.multiply(out, inv, out=out)
-    else:
-        numpy.floor_divide(out, len(terms), out=out)
+def _through_host(arrays, run):
+    """Call ``run`` on flat C-contiguous host views (or copies) of ``arrays``; write copies back."""
+    staged = [_host_flat(a) for a in arrays]
+    run([h for h, _ in staged])
+    for a, (h, copied) in zip(arrays, staged):
+        if copied:
+            _write_back(a, h)
