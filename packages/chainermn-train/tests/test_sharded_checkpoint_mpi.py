@@ -144,7 +144,8 @@ def test_sharded_state_resumes_on_any_number_of_ranks(tmp_path):
         for it in (5, 10):
             assert os.path.join(out, 'A4lostall', 'job.3.{}'.format(it)) in r['error'], r
         assert 'the optimizer state of' in r['error'] and 'main:predictor/' in r['error'], r
-    assert sorted(os.listdir(os.path.join(out, 'A4lostall'))) == lost_all   # nothing deleted
+    after = sorted(os.listdir(os.path.join(out, "A4lostall")))
+    assert after == lost_all, (after, lost_all)   # nothing deleted
 
     # 2 -> 3, every combination against the unsharded job resumed the same way
     launch(out, 3, ['aa:A3s:1:20', 'au:A3u:0:20', 'ba:B3s:1:20', 'bb:B3u:0:20'])

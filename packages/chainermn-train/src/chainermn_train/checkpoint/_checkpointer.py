@@ -133,11 +133,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._trainer = None
         self._launch_status = _launch_status.LaunchStatus(comm)
         _trainer_run.install()
-        self._stats = {'saves': 0, 'save_seconds': 0.0, 'bytes_saved': 0, 'loads': 0,
-                       'load_seconds': 0.0, 'loaded_iteration': None, 'last_saved_iteration': None,
-                       'skipped_unreadable': 0, 'refused_pickle': 0, 'files_removed': 0,
-                       'failed_saves': 0, 'wait_seconds': 0.0, 'write_seconds': 0.0, 'polls': 0,
-                       'poll_seconds': 0.0}
+        self._stats = {'saves': 0, 'save_seconds': 0.0, 'bytes_saved': 0, 'loads': 0, 'load_seconds': 0.0,
+                       'loaded_iteration': None, 'last_saved_iteration': None, 'skipped_unreadable': 0,
+                       'refused_pickle': 0, 'files_removed': 0, 'failed_saves': 0, 'wait_seconds': 0.0,
+                       'write_seconds': 0.0, 'polls': 0, 'poll_seconds': 0.0}
         self._start()
 
     @property
@@ -337,32 +336,33 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                    weights_only=False):
         """Resume every rank from the newest usable snapshot generation; see the module docstring.
 
-        ``trainer`` may be a Trainer or any object saved with :meth:`save`.  Collective.  On the same
-        world size every rank loads its own file of the newest iteration all ranks can read
-        (bitwise resume).  Otherwise (another world size, or ranks without their own files) every
-        rank loads the shared state of one readable file of the newest usable generation and the
-        updater's iterators are moved to the same epoch and fraction of their new shard.  When
-        ``optimizer`` is a multi-node optimizer, it skips its next parameter broadcast.  Returns
-        the loaded iteration, or None when there is no snapshot at all.  The job takes over the
-        run identity of what it loaded.
+        ``trainer`` may be a Trainer or any object saved with :meth:`save`.  Collective.  On the same world
+        size every rank loads its own file of the newest iteration all ranks can read (bitwise resume).
+        Otherwise (another world size, or ranks without their own files) every rank loads the shared state of
+        one readable file of the newest usable generation and the updater's iterators are moved to the same
+        epoch and fraction of their new shard.  When ``optimizer`` is a multi-node optimizer, it skips its
+        next parameter broadcast.  Returns the loaded iteration, or None when there is no snapshot at all.
+        The job takes over the run identity of what it loaded.
 
-        Snapshots that need pickle are refused (``CheckpointWarning`` naming the file and keys;
-        an older generation is used) unless ``allow_pickle`` (default: the checkpointer's
-        ``allow_pickle``, else ``$CHAINERMN_ALLOW_PICKLE``) is true.  A generation written with
-        another optimizer (class or state names) is refused, naming both; ``weights_only=True``
-        loads only the models' parameters and persistents of the updater's optimizers (everything
-        for a Link), leaves the iteration, optimizer state, iterators and extensions as they are
-        and keeps this job's run identity.  When snapshots exist but none can be used, every rank
-        raises :class:`SnapshotUnusableError` (or :class:`UnsafeCheckpointError` when some were
-        refused for pickle) naming each generation, the world size it needs and why it was
-        rejected; ``start_fresh=True`` (or ``$CHAINERMN_START_FRESH=1``) returns None instead.
-        No file is deleted either way.  A file that is a link or another user's raises
+        Snapshots that need pickle are refused (``CheckpointWarning`` naming the file and keys; an older
+        generation is used) unless ``allow_pickle`` (default: the checkpointer's ``allow_pickle``, else
+        ``$CHAINERMN_ALLOW_PICKLE``) is true.  A generation written with another optimizer (class or state
+        names) is refused, naming both; ``weights_only=True`` loads only the models' parameters and
+        persistents of the updater's optimizers (everything for a Link), leaves the iteration, optimizer
+        state, iterators and extensions as they are and keeps this job's run identity.  When snapshots exist
+        but none can be used, every rank raises :class:`SnapshotUnusableError` (or
+        :class:`UnsafeCheckpointError` when some were refused for pickle) naming each generation, the world
+        size it needs and why it was rejected; ``start_fresh=True`` (or ``$CHAINERMN_START_FRESH=1``) returns
+        None instead. No file is deleted either way, also at ``finalize``.  A link or another user's file raises
         ``UntrustedPathError`` on every rank.
         """
-        with trace.span('checkpoint load', 'io'):
-            loaded = _load.load(self, trainer, optimizer, allow_pickle, start_fresh, weights_only)
-        # Follows the iterations from now on: added after loading, snapshots never need its state.
-        self._launch_status.loaded(loaded, trainer)
+        try:
+            with trace.span('checkpoint load', 'io'):
+                loaded = _load.load(self, trainer, optimizer, allow_pickle, start_fresh, weights_only)
+        except BaseException:   # a checkpointer whose load raised never removes a file
+            self._failed = True
+            raise
+        self._launch_status.loaded(loaded, trainer)   # added after loading: snapshots never need its state
         return loaded
 
     def _prepare_load(self):
