@@ -127,7 +127,12 @@ def write(f, obj, meta=None):
 
 def write_arrays(f, arrays):
     """Write what :func:`to_arrays` returned to the binary file object ``f`` (uncompressed npz)."""
-    numpy.savez(f, **arrays)
+    # numpy.savez's bytes, but its zip is closed also when a write fails (a full disk): savez
+    # leaves it to the garbage collector, whose close after the file's prints a traceback.
+    with zipfile.ZipFile(f, mode='w', compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, value in arrays.items():
+            with zf.open(key + '.npy', 'w', force_zip64=True) as member:
+                npy_format.write_array(member, numpy.asanyarray(value), allow_pickle=False)
 
 
 def split_meta(values):
