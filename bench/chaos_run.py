@@ -647,6 +647,7 @@ def main(argv=None):
                     bits += differing_bits(ref[r][k], got[r][k])
                     compared += ref[r][k].nbytes
         log = run.out.since(0)
+        left = [p for node in bench.cluster.nodes for p in bench.cluster.processes(node)]
         # The launcher's own account of each restart (printed when the attempt after it ends).
         by_failure = {i: f for f in faults for i in f.get('failure_index', [])}
         for _, line in log:
@@ -669,6 +670,7 @@ def main(argv=None):
             'failed saves reported': len(failed_saves),
             'generations lost or refused': sum(f.get('lost_generations', 0) for f in injected),
             'launcher exit status': status,
+            'processes left on the nodes': len(left),
             'iterations': bench.iterations,
             'chaos job seconds': round(chaos_seconds, 1),
             'reference seconds': round(ref_seconds, 1),
@@ -676,7 +678,7 @@ def main(argv=None):
             'bytes compared (4 ranks: parameters + Adam state)': compared,
             'differing bits': bits if finished else 'n/a (the job did not finish)',
         }
-        ok = (finished and bits == 0 and compared > 0 and len(injected) == args.faults
+        ok = (finished and bits == 0 and compared > 0 and len(injected) == args.faults and not left
               and all(f.get('survived') for f in injected) and totals['generations lost or refused'] == 0)
         totals['verdict'] = 'PASS' if ok else 'FAIL'
         print(_table(faults, totals))
