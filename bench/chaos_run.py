@@ -310,8 +310,8 @@ class Bench:
         run.out.join(10)
         seconds = time.monotonic() - run.started
         if run.proc.returncode != 0:
-            raise SystemExit('chaos run: the reference run failed with status {}; its output is in {}'
-                             .format(run.proc.returncode, os.path.join(self.work, 'log.ref')))
+            raise SystemExit('chaos run: the reference run failed with status {}; the end of its output:\n{}'
+                             .format(run.proc.returncode, _tail(run)))
         _say('reference done in {:.1f} s'.format(seconds))
         return seconds
 
@@ -538,6 +538,10 @@ class Bench:
         return time.monotonic() - (time.time() - p[1]), p[0]
 
 
+def _tail(run, lines=40):
+    return '\n'.join(line for _, line in run.out.since(0)[-lines:])
+
+
 class _No:
     def __init__(self, why):
         self.why = why
@@ -682,6 +686,8 @@ def main(argv=None):
               and all(f.get('survived') for f in injected) and totals['generations lost or refused'] == 0)
         totals['verdict'] = 'PASS' if ok else 'FAIL'
         print(_table(faults, totals))
+        if not finished:
+            print('the end of the job\'s output:\n' + _tail(run))
         print('command: {} {}'.format(os.path.relpath(__file__, ROOT), ' '.join(argv if argv is not None
                                                                                  else sys.argv[1:])))
         print('whole run: {:.0f} s; load average {}'.format(time.monotonic() - started,

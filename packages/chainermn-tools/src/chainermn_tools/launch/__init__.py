@@ -4,9 +4,10 @@ The job runs as ``mpiexec -hosts H1,H2,.. -ppn K -n K*len(hosts) -bind-to core C
 core of its own (``--bind-to``; by default only where every host has at least K CPUs, as its probe
 counts them, else unbound).  Before every start, and when it fails, every host of the (re-read) hosts
 file is probed with ``mpiexec -hosts HOST -n 1 nproc`` under a time limit (through the same
-launcher); the job restarts on the hosts that answer if at least ``--min-nodes`` do and restarts
-are left, and resumes from its newest usable snapshot (the multi-node checkpointer takes care of a
-different number of ranks).  While the job runs, its hosts are probed every
+launcher); the job restarts on the hosts that answer if at least ``--min-nodes`` do (when fewer
+do, every host is probed again for up to ``--rejoin-wait`` seconds) and restarts are left, and
+resumes from its newest usable snapshot (the multi-node checkpointer takes care of a different
+number of ranks).  While the job runs, its hosts are probed every
 ``--heartbeat`` seconds; a host that stops answering ends the attempt.  The job runs with the
 watchdog on (``CHAINERMN_TIMEOUT``, default ``--watchdog``), so ranks blocked on a vanished peer end,
 and with the global except hook on (``CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1``), so an exception on one
