@@ -4,9 +4,10 @@ The job runs as ``mpiexec -hosts H1,H2,.. -ppn K -n K*len(hosts) -bind-to core C
 core of its own (``--bind-to``; by default only where every host has at least K CPUs, as its probe
 counts them, else unbound).  Before every start, and when it fails, every host of the (re-read) hosts
 file is probed with ``mpiexec -hosts HOST -n 1 nproc`` under a time limit (through the same
-launcher); the job restarts on the hosts that answer if at least ``--min-nodes`` do and restarts
-are left, and resumes from its newest usable snapshot (the multi-node checkpointer takes care of a
-different number of ranks).  While the job runs, its hosts are probed every
+launcher); the job restarts on the hosts that answer if at least ``--min-nodes`` do (when fewer
+do, every host is probed again for up to ``--rejoin-wait`` seconds) and restarts are left, and
+resumes from its newest usable snapshot (the multi-node checkpointer takes care of a different
+number of ranks).  While the job runs, its hosts are probed every
 ``--heartbeat`` seconds; a host that stops answering ends the attempt.  The job runs with the
 watchdog on (``CHAINERMN_TIMEOUT``, default ``--watchdog``), so ranks blocked on a vanished peer end,
 and with the global except hook on (``CHAINERMN_FORCE_ABORT_ON_EXCEPTION=1``), so an exception on one
@@ -25,6 +26,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 
 from chainermn_comm import protocol
 from chainermn_tools._args import count, number, seconds
@@ -52,6 +54,10 @@ def add_restart_options(parser, heartbeat=5.0, probe_timeout=10.0):
                              '{:g})'.format(heartbeat))
     parser.add_argument('--probe-timeout', type=seconds(), default=probe_timeout,
                         help='seconds a host may take to run the probe (default {:g})'.format(probe_timeout))
+    parser.add_argument('--rejoin-wait', type=seconds(off=0), default=60.0,
+                        help='at a restart with fewer than --min-nodes hosts answering, probe every host '
+                             'again (lost ones too) for up to this many seconds before giving up (a link '
+                             'that went down for a while comes back; default 60; 0: give up at once)')
     parser.add_argument('--watchdog', type=number(float, low=1, off=0, unit='seconds'), default=60.0,
                         help='CHAINERMN_TIMEOUT for the job when the environment sets none (default 60; '
                              '0: off)')
@@ -220,6 +226,23 @@ def supervise(args, command, base, env, read_hosts, source, after_attempt=None):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _rejoin(args, base, known, healthy, env, cpus, stop):
+    """Probe every host again (lost ones too) until --min-nodes answer or --rejoin-wait passes."""
+    wait = getattr(args, 'rejoin_wait', 60.0)
+    deadline = time.monotonic() + wait
+    if wait > 0:
+        _log('{} of {} host(s) answer, fewer than --min-nodes {}: probing every host again for up to '
+             '{:g} s (--rejoin-wait)'.format(len(healthy), len(known), args.min_nodes, wait))
+    while len(healthy) < args.min_nodes and not stop.requested and time.monotonic() < deadline:
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        answers = _hosts.probe(base, known, args.probe_timeout, env, cpus)
+        back = [h for h in known if answers[h][0] and h not in healthy]
+        if back:
+            _log('host(s) {} answer again'.format(', '.join(back)))
+        healthy = [h for h in known if answers[h][0]]
+    return healthy
+
+
 def _loop(args, command, base, env, read_hosts, source, after_attempt, progress):
     stop = _Stop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -248,6 +271,8 @@ def _loop(args, command, base, env, read_hosts, source, after_attempt, progress)
         for h in known:
             if not answers[h][0]:
                 _log('host {} left out: {}'.format(h, answers[h][1]))
+        if previous is not None and len(healthy) < args.min_nodes:
+            healthy = _rejoin(args, base, known, healthy, env, cpus, stop)
         if args.max_nodes:
             healthy = healthy[:args.max_nodes]
         if previous is not None:

@@ -38,6 +38,7 @@ class _Pump(threading.Thread):
         super().__init__(daemon=True)
         self.src, self.dst, self.attempt, self.shown, self.lock = src, dst, attempt, shown, lock
         self.block = None
+        self.ignored = False   # the block is Python's 'Exception ignored in ...' report, not a failure
 
     def _write(self, lines):
         with self.lock:
@@ -49,7 +50,7 @@ class _Pump(threading.Thread):
         block, self.block = self.block + [last], None
         signature = last.strip()
         with self.lock:
-            if self.attempt.exception is None:
+            if self.attempt.exception is None and not self.ignored:
                 self.attempt.exception = signature
             seen = signature in self.shown
             self.shown.add(signature)
@@ -60,6 +61,7 @@ class _Pump(threading.Thread):
             self._write(block)
 
     def run(self):
+        prev = ''
         for raw in iter(self.src.readline, b''):
             line = raw.decode(errors='replace')
             text = line.rstrip('\n')
@@ -69,10 +71,13 @@ class _Pump(threading.Thread):
                     self.block.append(line)
                 else:
                     self._end_block(line)
+                    prev = text
                 continue
             if text.strip() == _TRACEBACK:
                 self.block = [line]
+                self.ignored = prev.startswith('Exception ignored')
                 continue
+            prev = text
             self._write([line])
         if self.block:
             self._write(self.block)

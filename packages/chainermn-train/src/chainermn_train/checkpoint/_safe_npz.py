@@ -133,7 +133,9 @@ def write_arrays(f, arrays):
     """Write what :func:`to_arrays` returned to the binary file object ``f`` (uncompressed npz).
 
     The bytes are ``numpy.savez``'s; a large C-contiguous array is written from its own memory
-    (no copy of each piece, as ``savez`` makes, while holding the GIL).
+    (no copy of each piece, as ``savez`` makes, while holding the GIL).  The zip is closed also when
+    a write fails (a full disk): ``savez`` leaves that to the garbage collector, whose close after
+    the file's prints a traceback.
     """
     with zipfile.ZipFile(f, mode='w', compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for key, val in arrays.items():
