@@ -19,9 +19,11 @@ import os
 import sys
 import threading
 
-__all__ = ['install', 'leaving', 'exit_called', 'status_of', 'abort_for', 'forked', 'note_process', 'interrupted']
+__all__ = ['UNKNOWN_EXIT', 'install', 'leaving', 'exit_called', 'status_of', 'abort_for', 'forked', 'note_process', 'interrupted']
 
 _lock = threading.Lock()
+#: Why a rank left, when a SystemExit ended it whose status Python 3.11 cannot read (``leaving``).
+UNKNOWN_EXIT = 'exited (by a SystemExit whose status Python 3.11 cannot tell: sys.exit(n) keeps it)'
 #: ``abort``: what ends the job at exit after a non-zero ``sys.exit`` (the global except hook's).
 #: ``pid``: the process that installed the wrapper (made a communicator or added the hook).
 #: ``raised``: ``(code,)`` of the SystemExit that left the main module (Python 3.12+), else None.
@@ -212,6 +214,5 @@ def leaving():
     if status is not None:
         return status, 'exited with status {}'.format(status)
     if _ended_mid_statement():
-        return None, 'exited (by a SystemExit whose status Python 3.11 cannot tell: ' \
-                     'sys.exit(n) keeps it)'
+        return None, UNKNOWN_EXIT
     return None, 'ended (its program returned)'
