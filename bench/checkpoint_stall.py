@@ -52,8 +52,8 @@ def _worker(args):
 
     comm = chainermn_comm.create_communicator('naive')
     if args.niceness is not None:   # what this bench compares; the library's default otherwise
-        from chainermn_train.checkpoint import _background
-        _background.WRITER_NICENESS = args.niceness
+        from chainermn_train.checkpoint.write import background as write_background
+        write_background.WRITER_NICENESS = args.niceness
     link = make_link(param_shapes('resnet50', args.size), seed=comm.rank)
     opt = chainer.optimizers.Adam()
     opt.setup(link)

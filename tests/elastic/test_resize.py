@@ -14,7 +14,7 @@ import numpy
 import pytest
 
 from chainermn_comm.testing import run_mpi
-from chainermn_train.checkpoint import _safe_npz
+from chainermn_train.checkpoint.read import npz as checkpoint_npz
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, 'jobs', 'resize_job.py')
@@ -59,8 +59,8 @@ def test_resume_serial_iterator_on_another_number_of_ranks(tmp_path, n, lost_fir
     shutil.copytree(os.path.join(out, 'cp'), ref)   # the snapshots as the killed job left them
     donor = os.path.join(ref, 'job.{}.20'.format(2 if lost_first_node else 0))
     assert os.path.exists(donor) and os.path.exists(os.path.join(ref, 'job.3.20'))
-    values, _ = _safe_npz.read(donor)
-    meta = _safe_npz.split_meta(values)
+    values, _ = checkpoint_npz.read(donor)
+    meta = checkpoint_npz.split_meta(values)
     assert meta['world_size'] == 4 and meta['ranks_per_node'] == 2 and meta['iteration'] == 20
 
     res = run_job(out, n, '40i', 'serial', CHAINERMN_RANKS_PER_NODE=min(n, 3), RUN=2)
@@ -150,8 +150,8 @@ def test_unusable_snapshots_are_an_error_naming_each_generation_and_nothing_is_d
 def test_multi_node_iterator_keeps_the_masters_position(tmp_path):
     out = str(tmp_path)
     killed_run(out, 'multinode', 12)
-    values, _ = _safe_npz.read(os.path.join(out, 'cp', 'job.0.10'))
-    meta = _safe_npz.split_meta(values)
+    values, _ = checkpoint_npz.read(os.path.join(out, 'cp', 'job.0.10'))
+    meta = checkpoint_npz.split_meta(values)
     res = run_job(out, 2, '20i', 'multinode', RUN=2)
     assert not res.timed_out and res.returncode == 0, report(res)
     for st in resumed(out, 2):

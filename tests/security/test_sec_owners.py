@@ -15,7 +15,8 @@ import time
 import pytest
 
 from chainermn_comm.testing import run_mpi
-from chainermn_train.checkpoint import _owner, _safe_npz
+from chainermn_train.checkpoint.ownership import owner
+from chainermn_train.checkpoint.read import npz
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, 'jobs', 'sec_owner_job.py')
@@ -81,7 +82,7 @@ def test_second_job_on_a_live_jobs_directory_is_refused_and_nothing_mixes(base):
     # Every generation on disk is the first job's: one lineage, no file of the second job.
     names = sorted(n for n in os.listdir(d) if not n.startswith('.'))
     assert names == ['run.0.1', 'run.0.2', 'run.1.1', 'run.1.2'], names
-    runs = {_safe_npz.read_meta(os.path.join(d, n))['run'] for n in names}
+    runs = {npz.read_meta(os.path.join(d, n))['run'] for n in names}
     assert runs == {held[0]['run']}, runs
 
 
@@ -92,9 +93,9 @@ def _record(path, **fields):
 
 
 def test_claims_of_dead_jobs_are_taken_over_and_a_live_one_elsewhere_is_refused(base):
-    me = _owner.identity()
+    me = owner.identity()
     gone = subprocess.Popen(['sleep', '60'])
-    dead = dict(me, pid=gone.pid, pid_start=_owner._start_ticks(gone.pid))
+    dead = dict(me, pid=gone.pid, pid_start=owner._start_ticks(gone.pid))
     gone.kill()
     gone.wait()
     now = time.time()
@@ -103,7 +104,7 @@ def test_claims_of_dead_jobs_are_taken_over_and_a_live_one_elsewhere_is_refused(
         'reused_pid': [dict(me, pid=os.getpid(), pid_start=(me['pid_start'] or 0) + 1, token='t-reused',
                             started=now - 50)],
         'stale_elsewhere': [dict(host='elsewhere.example', boot='b', pidns='p', pid=4242, pid_start=1,
-                                 token='t-stale', started=now - 5000), now - _owner.STALE_SECONDS - 60],
+                                 token='t-stale', started=now - 5000), now - owner.STALE_SECONDS - 60],
         'live_elsewhere': [dict(host='elsewhere.example', boot='b', pidns='p', pid=4242, pid_start=1,
                                 token='t-live', started=now - 50), now - 5],
         # a fresh record of another host, but of the launcher's previous attempt: that job is gone

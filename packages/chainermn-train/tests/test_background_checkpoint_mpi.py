@@ -12,8 +12,8 @@ import pytest
 
 from chainermn_comm.testing import find_mpiexec, run_mpi, run_pytest_under_mpi
 
-from chainermn_train.checkpoint import _complete
-from chainermn_train.checkpoint._background import KILL_POINTS
+from chainermn_train.checkpoint.write import complete
+from chainermn_train.checkpoint.write.background import KILL_POINTS
 
 HERE = os.path.dirname(__file__)
 JOB = os.path.join(HERE, 'mpi', 'bg_kill_job.py')
@@ -89,7 +89,7 @@ def test_kill_at_every_point_of_the_poll_resumes_from_the_newest_complete_genera
             for fn in os.listdir(other):   # rank 1's node-local disk is gone
                 if fn.startswith('k.1.') or fn == '.k.1.complete':
                     os.unlink(os.path.join(other, fn))
-            records = _complete.read_records(other, 'k')
+            records = complete.read_records(other, 'k')
             want = 15 if any(it == 15 for _, it in records) else 10
             lost[case] = (_resume(case, other, 1, want), want)
         finally:

@@ -11,10 +11,10 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'mpi'))
 from _poison import Payload  # noqa: E402
 
-from chainermn_train.checkpoint import _safe_npz  # noqa: E402
+from chainermn_train.checkpoint.read import npz  # noqa: E402
 from chainermn_comm.safe_files import UntrustedPathError  # noqa: E402
-from chainermn_train.checkpoint import SnapshotUnusableError  # noqa: E402
 from chainermn_train.checkpoint import MultiNodeCheckpointer as _Checkpointer  # noqa: E402
+from chainermn_train.checkpoint import SnapshotUnusableError  # noqa: E402
 
 
 def MultiNodeCheckpointer(*args, **kwargs):
@@ -36,7 +36,7 @@ class OneRank:
 
 def _write(path, values):
     with open(path, 'wb') as f:
-        _safe_npz.write(f, values)
+        npz.write(f, values)
     return path
 
 
@@ -44,7 +44,7 @@ def test_round_trip_of_none_strings_and_arrays(tmp_path):
     values = {'a/none': None, 'b': numpy.arange(5, dtype=numpy.float16), 'c': 'log text',
               'd': 3, 'e': numpy.float64(0.1)}
     fn = _write(str(tmp_path / 's'), values)
-    got, pickled = _safe_npz.read(fn)
+    got, pickled = npz.read(fn)
     assert pickled == [] and sorted(got) == sorted(values)
     assert got['a/none'].dtype == object and got['a/none'][()] is None
     assert got['b'].dtype == numpy.float16 and got['b'].tobytes() == values['b'].tobytes()
@@ -55,20 +55,20 @@ def test_round_trip_of_none_strings_and_arrays(tmp_path):
 
 def test_values_only_pickle_could_store_are_refused_at_save(tmp_path):
     with pytest.raises(TypeError, match="'opaque'.*object array"):
-        _safe_npz.to_arrays({'opaque': [object(), 1]})
+        npz.to_arrays({'opaque': [object(), 1]})
     with pytest.raises(ValueError, match='reserved'):
-        _safe_npz.to_arrays({_safe_npz.NONE_KEY: 1})
+        npz.to_arrays({npz.NONE_KEY: 1})
 
 
 def test_object_members_are_refused_before_any_unpickling(tmp_path):
     marker = str(tmp_path / 'ran')
     fn = str(tmp_path / 'evil')
     numpy.savez(fn, fine=numpy.zeros(2), **{'x/y': numpy.array(Payload(marker), dtype=object)})
-    with pytest.raises(_safe_npz.PickleRequired) as e:
-        _safe_npz.read(fn + '.npz')
+    with pytest.raises(npz.PickleRequired) as e:
+        npz.read(fn + '.npz')
     assert e.value.keys == ['x/y'] and "'x/y'" in str(e.value) and fn in str(e.value)
     assert not os.path.exists(marker)
-    _safe_npz.read(fn + '.npz', allow_pickle=True)   # the opt-in really unpickles
+    npz.read(fn + '.npz', allow_pickle=True)   # the opt-in really unpickles
     assert os.path.exists(marker)
 
 
@@ -77,16 +77,16 @@ def test_malformed_files_are_unreadable(tmp_path):
     with zipfile.ZipFile(fn, 'w') as zf:
         zf.writestr('payload.pkl', b'x')
     with pytest.raises(ValueError, match='not a .npy array'):
-        _safe_npz.read(fn)
+        npz.read(fn)
     newer = str(tmp_path / 'newer.npz')
-    numpy.savez(newer, **{_safe_npz.FORMAT_KEY: numpy.int64(_safe_npz.FORMAT_VERSION + 1)})
+    numpy.savez(newer, **{npz.FORMAT_KEY: numpy.int64(npz.FORMAT_VERSION + 1)})
     with pytest.raises(ValueError, match='newer than this chainermn reads'):
-        _safe_npz.read(newer)
+        npz.read(newer)
     good = _write(str(tmp_path / 'good'), {'w': numpy.ones(1000)})
     with open(good, 'r+b') as f:
         f.truncate(os.path.getsize(good) // 2)
     with pytest.raises(Exception):
-        _safe_npz.read(good)
+        npz.read(good)
 
 
 @pytest.mark.parametrize('mode,refused', [(0o777, True), (0o1777, True), (0o757, True), (0o755, False),
@@ -186,7 +186,7 @@ def test_files_of_another_world_size_stay_until_a_complete_generation_of_this_si
                                 'run.2.20', 'run.3.10', 'run.3.20']
     new[0].save({'v': numpy.ones(1)}, iteration=30)   # rank 0 removes its own old files and ranks 2, 3
     assert _snapshots(path) == ['run.0.30', 'run.1.25']
-    meta = _safe_npz.read_meta(os.path.join(path, 'run.0.30'))
+    meta = npz.read_meta(os.path.join(path, 'run.0.30'))
     assert meta['world_size'] == 2 and meta['rank'] == 0 and meta['iteration'] == 30
     assert meta['run'] == old.run_id
 
@@ -256,8 +256,8 @@ def test_members_larger_than_their_arrays_are_refused_before_reading(tmp_path):
     cp.save(_values(2), iteration=2)
     # a member far larger than the (2, 3) array it fills
     _zip_member(cp.filename(2), 'W', (1 << 20,), 128 + (8 << 20))
-    with pytest.raises(_safe_npz.MemberTooLarge, match="member 'W' declares 8388736 bytes"):
-        _safe_npz.read(cp.filename(2), limits={'W': _safe_npz.member_limit((2, 3))})
+    with pytest.raises(npz.MemberTooLarge, match="member 'W' declares 8388736 bytes"):
+        npz.read(cp.filename(2), limits={'W': npz.member_limit((2, 3))})
     target = _values(0)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
@@ -266,8 +266,8 @@ def test_members_larger_than_their_arrays_are_refused_before_reading(tmp_path):
     assert any("member 'W' declares" in str(x.message) for x in w), [str(x.message) for x in w]
     # a header that says more than its entry holds
     _zip_member(cp.filename(2), 'W', (1 << 30,), 256)
-    with pytest.raises(_safe_npz.MemberTooLarge, match='says it holds'):
-        _safe_npz.read(cp.filename(2), limits={'W': _safe_npz.member_limit((2, 3))})
+    with pytest.raises(npz.MemberTooLarge, match='says it holds'):
+        npz.read(cp.filename(2), limits={'W': npz.member_limit((2, 3))})
 
 
 def test_a_file_that_contradicts_its_name_is_not_loaded(tmp_path):
@@ -313,12 +313,12 @@ def test_another_optimizer_is_refused_naming_both_and_weights_only_loads_the_mod
     assert cp.maybe_load(sgd, weights_only=True) == 1
     assert numpy.array_equal(sgd_model.W.array, adam_model.W.array)
     assert sgd.updater.iteration == 0 and sgd_model.W.update_rule.state is None
-    assert cp.run_id != _safe_npz.read_meta(cp.filename(1))['run']   # a new run, not the Adam one
+    assert cp.run_id != npz.read_meta(cp.filename(1))['run']   # a new run, not the Adam one
 
 
 def test_members_of_unknown_size_are_bounded_only_when_inflated(tmp_path, monkeypatch):
     import chainer
-    monkeypatch.setattr(_safe_npz, 'UNKNOWN_MEMBER_BYTES', 1000)
+    monkeypatch.setattr(npz, 'UNKNOWN_MEMBER_BYTES', 1000)
     path = str(tmp_path)
     saved = chainer.links.Linear(50, 20)          # W: 4000 bytes, more than the bound above
     cp = MultiNodeCheckpointer('run', OneRank(), path=path)
@@ -328,8 +328,8 @@ def test_members_of_unknown_size_are_bounded_only_when_inflated(tmp_path, monkey
     assert numpy.array_equal(lazy.W.array, saved.W.array)
     compressed = str(tmp_path / 'compressed.npz')
     chainer.serializers.save_npz(compressed, saved, compression=True)
-    with pytest.raises(_safe_npz.MemberTooLarge, match='compressed members whose size'):
-        _safe_npz.read(compressed, limits={'b': _safe_npz.member_limit((20,))})
+    with pytest.raises(npz.MemberTooLarge, match='compressed members whose size'):
+        npz.read(compressed, limits={'b': npz.member_limit((20,))})
     # a stored member must declare what it stores
     with zipfile.ZipFile(cp.filename(1)) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
@@ -342,8 +342,8 @@ def test_members_of_unknown_size_are_bounded_only_when_inflated(tmp_path, monkey
         at = raw.rindex(b'PK\x01\x02')
         f.seek(at + 24)
         f.write((len(members[n]) + 1).to_bytes(4, 'little'))
-    with pytest.raises(_safe_npz.MemberTooLarge, match='is stored with'):
-        _safe_npz.read(forged)
+    with pytest.raises(npz.MemberTooLarge, match='is stored with'):
+        npz.read(forged)
 
 
 def test_arrays_are_written_as_numpy_savez_writes_them():
@@ -357,14 +357,14 @@ def test_arrays_are_written_as_numpy_savez_writes_them():
     want, got = io.BytesIO(), io.BytesIO()
     with mock.patch.object(zipfile.time, 'time', lambda: 1e9):   # the same date in both
         numpy.savez(want, **arrays)
-        _safe_npz.write_arrays(got, arrays)
+        npz.write_arrays(got, arrays)
     assert got.getvalue() == want.getvalue()
 
 
 def test_the_writer_thread_yields_to_training_until_training_waits_for_it():
     import threading
-    from chainermn_train.checkpoint import _background
-    flight = _background.InFlight()
+    from chainermn_train.checkpoint.write import background
+    flight = background.InFlight()
     seen = []
 
     class File:
@@ -384,6 +384,6 @@ def test_the_writer_thread_yields_to_training_until_training_waits_for_it():
     flight.start(1, write)
     outcome = flight.wait(60)
     assert outcome.ok and outcome.size == 2
-    assert seen[0] == min(19, base + _background.WRITER_NICENESS), seen
+    assert seen[0] == min(19, base + background.WRITER_NICENESS), seen
     if os.geteuid() == 0:   # raising a priority again needs the privilege
         assert seen[1] == base, seen

@@ -92,14 +92,14 @@ def test_overlap_mode_setting(monkeypatch, value, mode):
 
 
 def test_checkpoint_flags_through_settings(monkeypatch):
-    from chainermn_train.checkpoint import _policy as policy
+    from chainermn_train.checkpoint.ownership import trust
     monkeypatch.setenv(protocol.START_FRESH_ENV, 'yes')
-    assert policy.start_fresh(None) is True and policy.start_fresh(False) is False
+    assert trust.start_fresh(None) is True and trust.start_fresh(False) is False
     monkeypatch.setenv(protocol.START_FRESH_ENV, 'later')
     with pytest.raises(ValueError, match=r"CHAINERMN_START_FRESH='later' is not understood"):
-        policy.start_fresh(None)
+        trust.start_fresh(None)
     monkeypatch.setenv(protocol.ALLOW_PICKLE_ENV, 'on')
-    assert policy.allow_pickle(None) == (True, 'CHAINERMN_ALLOW_PICKLE=1')
+    assert trust.allow_pickle(None) == (True, 'CHAINERMN_ALLOW_PICKLE=1')
 
 
 def test_preempted_exit_status_is_the_protocols():

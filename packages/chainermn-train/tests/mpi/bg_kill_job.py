@@ -16,7 +16,7 @@ import numpy
 
 import chainermn_comm
 from chainermn_train import create_multi_node_checkpointer
-from chainermn_train.checkpoint import _background
+from chainermn_train.checkpoint.write import background
 
 
 class Model(chainer.Link):
@@ -35,7 +35,7 @@ def write(comm, path, arm, how):
         cp.save(model, iteration=it)
         model.W.array[...] = -1   # training goes on: what was copied at the save is written
     cp.settle()   # 10 is complete
-    _background.kill_at = arm
+    background.kill_at = arm
     model.W.array[...] = 15
     cp.save(model, iteration=15)
     model.W.array[...] = -1

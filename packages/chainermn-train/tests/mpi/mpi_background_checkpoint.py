@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _common  # noqa: E402
 
 from chainermn_train import create_multi_node_checkpointer  # noqa: E402
-from chainermn_train.checkpoint import _complete, _saving, _writer  # noqa: E402
+from chainermn_train.checkpoint.write import complete, saving, writer  # noqa: E402
 import threading  # noqa: E402
 
 comm = _common.comm()
@@ -63,7 +63,7 @@ def test_the_copy_taken_at_the_save_is_written_while_training_goes_on(path):
     st = cp.get_stats()
     assert (st['saves'], st['failed_saves'], st['in_flight']) == (3, 0, None)
     assert st['staging_bytes'] == (32 * 8 + 8) * 4   # one buffer per array, reused by every save
-    records = _complete.read_records(path, 'bg')
+    records = complete.read_records(path, 'bg')
     assert {(cp.run_id, it) for it in (1, 2, 3)} <= records
     cp2, model2, got = _resumed(path)
     assert got == 3
@@ -79,13 +79,13 @@ def test_the_next_save_waits_for_the_write_in_flight(path):
     cp.save(model, iteration=1)
     assert cp._flight.busy or cp.get_stats()['saves'] == 0
     spans = []
-    real_span = _saving.trace.span
+    real_span = saving.trace.span
 
     def span(name, cat, **kw):
         spans.append(name)
         return real_span(name, cat, **kw)
 
-    with mock.patch.object(_saving.trace, 'span', span):
+    with mock.patch.object(saving.trace, 'span', span):
         cp.save(model, iteration=2)   # waits for 1 before copying
     assert spans == ['checkpoint save', 'checkpoint wait'], spans   # the wait: its own event
     assert cp.get_stats()['saves'] == 1   # 1 collected; 2 in flight or done, not collected
@@ -99,12 +99,12 @@ def test_a_failing_write_is_reported_once_and_training_goes_on(path):
     cp.save(model, iteration=5)
     assert cp.settle() == 5
     failing = comm.size - 1
-    real = _writer.write_atomically
+    real = writer.write_atomically
 
     def full(final, write, rank=None):
         raise OSError(28, 'No space left on device', final)
 
-    with mock.patch.object(_writer, 'write_atomically', full if comm.rank == failing else real):
+    with mock.patch.object(writer, 'write_atomically', full if comm.rank == failing else real):
         model.W.array[...] = 10
         cp.save(model, iteration=10)   # fails in the background thread of the failing rank
         with warnings.catch_warnings(record=True) as caught:
@@ -206,13 +206,13 @@ def test_a_write_that_does_not_finish_in_time_is_reported_not_dropped(path):
     model = Model(7.0)
     slow = comm.size - 1
     release = threading.Event()
-    real = _writer.write_atomically
+    real = writer.write_atomically
 
     def stuck(final, write, rank=None):
         release.wait(60)
         return real(final, write, rank)
 
-    with mock.patch.object(_writer, 'write_atomically', stuck if comm.rank == slow else real):
+    with mock.patch.object(writer, 'write_atomically', stuck if comm.rank == slow else real):
         cp.save(model, iteration=7)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
@@ -263,7 +263,7 @@ def test_the_extension_agrees_on_a_write_within_an_iteration_of_its_end(path):
         finished = all(comm.allgather_obj(not cp._flight.running))
         agreed = [it for it in (5, 10) if it in cp._committed]
         seen.append((t.updater.iteration, finished, agreed,
-                     sorted(i for _, i in _complete.read_records(path, 'tr'))))
+                     sorted(i for _, i in complete.read_records(path, 'tr'))))
 
     trainer.extend(observe, trigger=(1, 'iteration'), priority=0)
     trainer.run()
@@ -283,7 +283,7 @@ def test_the_extension_agrees_on_a_write_within_an_iteration_of_its_end(path):
 def test_a_failing_save_of_the_extension_is_counted_and_training_goes_on(path):
     trainer, cp = _trainer_with_checkpointer(path, stop=17, saves=[5, 10, 15])
     failing = comm.size - 1
-    real = _writer.write_atomically
+    real = writer.write_atomically
     kept = {}
 
     def full_at_10(final, write, rank=None):
@@ -296,7 +296,7 @@ def test_a_failing_save_of_the_extension_is_counted_and_training_goes_on(path):
             kept[t.updater.iteration] = cp.local_iterations()
 
     trainer.extend(observe, trigger=(1, 'iteration'), priority=0)
-    with mock.patch.object(_writer, 'write_atomically', full_at_10 if comm.rank == failing else real):
+    with mock.patch.object(writer, 'write_atomically', full_at_10 if comm.rank == failing else real):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
             trainer.run()

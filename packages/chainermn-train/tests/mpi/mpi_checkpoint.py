@@ -17,8 +17,9 @@ import _common  # noqa: E402
 import _poison  # noqa: E402
 
 import chainermn_train  # noqa: E402
-from chainermn_train.checkpoint import _policy as _checkpoint_policy, _safe_npz  # noqa: E402
 from chainermn_train.checkpoint import CheckpointWarning, UnsafeCheckpointError  # noqa: E402
+from chainermn_train.checkpoint.ownership import trust as checkpoint_trust  # noqa: E402
+from chainermn_train.checkpoint.read import npz as checkpoint_npz  # noqa: E402
 
 
 def _checkpointer(*args, **kwargs):
@@ -33,7 +34,7 @@ ENV = 'CHAINERMN_ALLOW_PICKLE'
 @pytest.fixture(autouse=True)
 def _fresh_opt_in_state(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.setattr(_checkpoint_policy, '_pickle_warned', False)
+    monkeypatch.setattr(checkpoint_trust, '_pickle_warned', False)
 
 
 def _shared_tmpdir(comm):
@@ -122,7 +123,7 @@ def test_trainer_round_trip_is_bitwise_with_none_values():
     # the file holds no object array: NumPy itself loads it without pickle
     with numpy.load(fn, allow_pickle=False) as npz:
         stored = {k: npz[k] for k in npz.files}
-    assert sorted(stored[_safe_npz.NONE_KEY].tolist()) == nones
+    assert sorted(stored[checkpoint_npz.NONE_KEY].tolist()) == nones
     assert not any(v.dtype.hasobject for v in stored.values())
 
     fresh, fresh_model = _trainer(comm, seed=2, stop=4)
@@ -141,8 +142,8 @@ def test_trainer_round_trip_is_bitwise_with_none_values():
     # and saving the loaded trainer again writes the same arrays
     again = _shared_tmpdir(comm)
     fn2 = _checkpointer('rt', comm, path=again).save(fresh)
-    first, second = _safe_npz.read(fn)[0], _safe_npz.read(fn2)[0]
-    run = _safe_npz.META_PREFIX + 'run'
+    first, second = checkpoint_npz.read(fn)[0], checkpoint_npz.read(fn2)[0]
+    run = checkpoint_npz.META_PREFIX + 'run'
     assert first.pop(run)[()] == cp.run_id and second.pop(run)[()] != cp.run_id   # another run
     _assert_bitwise(first, second, 'file written after load')
 

@@ -123,7 +123,7 @@ def test_checkpointer_save_load_gc_and_fallback():
     comm.mpi_comm.Barrier()   # every rank finished saving
     assert sorted(n for n in os.listdir(path) if not n.startswith('.')) == sorted(
         'run.{}.{}'.format(r, i) for r in range(comm.size) for i in (3, 4, 5))
-    # and the job's owner records, one per rank (see _owner)
+    # and the job's owner records, one per rank (see ownership.owner)
     assert sorted(n for n in os.listdir(path) if n.startswith('.')) == sorted(
         '.run.{}.owner'.format(r) for r in range(comm.size))
     stats = cp.get_stats()

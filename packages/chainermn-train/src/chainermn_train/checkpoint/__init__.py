@@ -1,16 +1,19 @@
 """The checkpoint room: generational per-rank snapshots, their files, and multi_node_snapshot.
 
-- ``_checkpointer``: :class:`MultiNodeCheckpointer` (the trainer extension) and its factory;
-- ``_saving``: a save, written before it returns or in the background (``_staging``: the host
-  copy; ``_background``: the write in flight; ``_complete``: which generations are complete);
-- ``_writer``: how a snapshot file is written; ``_safe_npz``: the pickle-free npz format;
-- ``_generations``: which files exist and which may be collected; ``_load``: how the ranks agree
-  on a generation and reshard; ``_resize``: what a generation records; ``_lineage``: whose a
-  generation is (run identity, optimizer); ``_state_shares``: sharded optimizer state (the
-  partition a generation records, gathering the shares); ``_owner``: which job writes a directory; ``_policy``:
-  what may be trusted, the error classes, raising together; ``_launch_status``: progress for
-  ``python -m chainermn launch``;
-- ``_multi_node_snapshot``: Chainer's snapshot once per replica set.
+At the top: ``_checkpointer`` (:class:`MultiNodeCheckpointer`, the trainer extension, and its
+factory), ``_multi_node_snapshot`` (Chainer's snapshot once per replica set) and
+``_launch_status`` (progress for ``python -m chainermn launch``).  The extension's jobs live in
+four subpackages, each one job (its ``__init__`` says which module does what):
+
+- ``write``: a save, synchronous or in the background (``saving``, ``staging``, ``background``),
+  how a file is written (``writer``) and which generations are complete (``complete``);
+- ``read``: reading and verifying: how the ranks agree on a generation and load it (``load``),
+  which files exist (``generations``), whose a generation is (``lineage``), the pickle-free,
+  bounded file format (``npz``) and the data order check (``data_order``);
+- ``reshard``: resuming on another number of ranks (``resize``) or another partition of sharded
+  optimizer state (``state_shares``);
+- ``ownership``: which job writes a directory (``owner``), the directories it made (``made``), and
+  what may be trusted, the error classes, raising together (``trust``).
 
 The public names are re-exported by :mod:`chainermn_train.extensions` (and ``chainermn``).
 """
@@ -19,8 +22,8 @@ from chainermn_train.checkpoint._checkpointer import (MultiNodeCheckpointer,
                                                       create_multi_node_checkpoint,
                                                       create_multi_node_checkpointer)
 from chainermn_train.checkpoint._multi_node_snapshot import multi_node_snapshot, parse_replica_sets
-from chainermn_train.checkpoint._policy import (CheckpointInUseError, CheckpointWarning,
-                                                SnapshotUnusableError, UnsafeCheckpointError)
+from chainermn_train.checkpoint.ownership.trust import (CheckpointInUseError, CheckpointWarning,
+                                                        SnapshotUnusableError, UnsafeCheckpointError)
 
 __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',
            'CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError',

@@ -1,46 +1,42 @@
 """Generational per-rank snapshots that let a whole job resume from the newest common iteration.
 
 Files are named ``<name>.<rank>.<iteration>`` (NumPy ``.npz`` content written by Chainer's
-serializers, with no pickled object: see ``_safe_npz``).  By default a save copies the snapshot
-into host buffers and a background thread writes it (``_saving``); ``settle`` agrees which
-generations every rank finished (``_complete``), also polled for every iteration while a write is
-unsettled (``poll``).  Every file is written through ``chainermn_comm.safe_files``: a new file
-under an unpredictable name in the same directory,
-flushed, ``fsync``-ed and renamed over the final name (then the directory is ``fsync``-ed), so a
-crash mid-write never leaves a file under a final name and a name planted by someone else is never
-followed.  ``save`` is local to the rank (no communication), so it may be called at different
-iterations on different ranks (e.g. on preemption); creating the checkpointer and ``maybe_load``
-are collectives.
+serializers, with no pickled object: see ``read.npz``).  By default a save copies the snapshot into
+host buffers and a background thread writes it (``write.saving``); ``settle`` agrees which
+generations every rank finished (``write.complete``), also polled for every iteration while a write
+is unsettled (``poll``).  Every file is written through ``chainermn_comm.safe_files``: a new file
+under an unpredictable name in the same directory, flushed, ``fsync``-ed and renamed over the final
+name (then the directory is ``fsync``-ed), so a crash mid-write never leaves a file under a final
+name and a name planted by someone else is never followed.  ``save`` is local to the rank (no
+communication), so it may be called at different iterations on different ranks (e.g. on
+preemption); creating the checkpointer and ``maybe_load`` are collectives.
 
 Nothing on disk is trusted by default: the directory must be this user's and writable by nobody
 else, and every file read must be a regular file of this user (``allow_shared=True`` or
 ``CHAINERMN_TRUST_SHARED=1`` opts in); at creation each rank claims the directory for this job
-(``_owner``), so a second job writing the same snapshots is refused at start, naming the first.
-Loading never unpickles unless the user opts in for files they trust (``allow_pickle=True`` or
-``CHAINERMN_ALLOW_PICKLE=1``), and every read is bounded before anything is inflated.
+(``ownership.owner``), so a second job writing the same snapshots is refused at start, naming the
+first.  Loading never unpickles unless the user opts in for files they trust (``allow_pickle=True``
+or ``CHAINERMN_ALLOW_PICKLE=1``), and every read is bounded before anything is inflated.
 
-Each file also records its generation (see ``_resize`` and ``_lineage``): the run identity, the
-world size and ranks per node that wrote it, the iteration, the epoch, every iterator's position
-as a fraction of its epoch and each optimizer's class and state names.  A generation whose files
-come from two runs, whose files' contents disagree with their names, or whose optimizer is not this
-job's is never loaded (``maybe_load(..., weights_only=True)`` loads the model weights only).  A job
-of the same world size resumes bitwise from its own files.  A job of another size (or one whose
-ranks lack their own files, e.g. a node with local disks was replaced) takes the state every rank
-holds the same from one readable file of the newest usable generation (rank 0's first), sent by
-the rank that can read it to all others, and moves each iterator to the same epoch and fraction of
-its new shard.  When snapshots exist and none can be used, ``maybe_load`` raises
-:class:`SnapshotUnusableError` naming every generation and why it was rejected, unless the caller
-opts in to start fresh (``start_fresh=True`` or ``CHAINERMN_START_FRESH=1``).  Files written by a
-job of another world size are removed only once a complete generation of the current size exists;
-files of another run are never removed.
+Each file also records its generation (see ``reshard.resize`` and ``read.lineage``): the run
+identity, the world size and ranks per node that wrote it, the iteration, the epoch, every
+iterator's position as a fraction of its epoch and each optimizer's class and state names.  A
+generation whose files come from two runs, whose files' contents disagree with their names, or
+whose optimizer is not this job's is never loaded (``maybe_load(..., weights_only=True)`` loads the
+model weights only).  A job of the same world size resumes bitwise from its own files.  A job of
+another size (or one whose ranks lack their own files, e.g. a node with local disks was replaced)
+takes the state every rank holds the same from one readable file of the newest usable generation
+(rank 0's first), sent by the rank that can read it to all others, and moves each iterator to the
+same epoch and fraction of its new shard.  When snapshots exist and none can be used,
+``maybe_load`` raises :class:`SnapshotUnusableError` naming every generation and why it was
+rejected, unless the caller opts in to start fresh (``start_fresh=True`` or
+``CHAINERMN_START_FRESH=1``).  Files written by a job of another world size are removed only once a
+complete generation of the current size exists; files of another run are never removed.
 
-This module is the extension; its jobs live beside it: ``_saving`` (a save, synchronous or in
-the background, and the agreement on it: ``_staging``, ``_background``, ``_complete``),
-``_writer`` (how a file is written and removed), ``_policy`` (what may be trusted, the error
-classes, raising together), ``_owner`` (which job writes the directory), ``_lineage`` (run
-identity, optimizer), ``_generations`` (listing, garbage collection), ``_load`` (agreement on a
-generation, resharding), ``_launch_status`` (progress for ``python -m chainermn launch``).  As an
-extension it also compares the model's parameters across ranks (``chainermn_train._fingerprint``).
+This module is the extension; its jobs live in the subpackages beside it, ``write``, ``read``,
+``reshard`` and ``ownership`` (see the package docstring), and in ``_launch_status`` (progress for
+``python -m chainermn launch``).  As an extension it also compares the model's parameters across
+ranks (``chainermn_train._fingerprint``).
 """
 
 import os
@@ -52,11 +48,14 @@ import chainer
 from chainermn_comm import safe_files, trace, voice
 
 from chainermn_train import _fingerprint, _trainer_run
-from chainermn_train.checkpoint import (_background, _complete, _generations, _launch_status, _lineage,
-                                        _load, _made, _owner, _policy, _saving, _staging, _writer)
-from chainermn_train.checkpoint._policy import (ALLOW_PICKLE_ENV, START_FRESH_ENV, CheckpointInUseError,
-                                                CheckpointWarning, SnapshotUnusableError,
-                                                UnsafeCheckpointError)
+from chainermn_train.checkpoint import _launch_status
+from chainermn_train.checkpoint.ownership import made as made_dirs, owner, trust
+from chainermn_train.checkpoint.read import generations, lineage, load
+from chainermn_train.checkpoint.write import (background as write_background, complete, saving, staging,
+                                              writer)
+from chainermn_train.checkpoint.ownership.trust import (ALLOW_PICKLE_ENV, START_FRESH_ENV, CheckpointInUseError,
+                                                        CheckpointWarning, SnapshotUnusableError,
+                                                        UnsafeCheckpointError)
 
 __all__ = ['MultiNodeCheckpointer', 'create_multi_node_checkpointer', 'create_multi_node_checkpoint',
            'CheckpointWarning', 'SnapshotUnusableError', 'UnsafeCheckpointError',
@@ -116,8 +115,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             raise ValueError('write_timeout must be a positive number of seconds; got {!r}'
                              .format(write_timeout))
         self.write_timeout = float(write_timeout)
-        self._flight = _background.InFlight()
-        self._staging = _staging.Staging()
+        self._flight = write_background.InFlight()
+        self._staging = staging.Staging()
         self._pending = []      # outcomes of this rank's saves not agreed on yet
         self._armed = False     # a save of the extension is unsettled: its trigger polls
         self._committed = set()  # iterations of this run every rank's write of which finished
@@ -150,10 +149,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         except OSError as e:   # UntrustedPathError among them
             return e
         # A completed run removes the checkpoint directory again when it made it and it is empty
-        # (_made); parents it made stay: they are the trainer's ``out`` or the user's, written after.
+        # (ownership.made); parents it made stay: they are the trainer's ``out`` or the user's,
+        # written after.
         made = [p for p in made if os.path.abspath(p) == os.path.abspath(self.path)]
         if made:
-            _made.record(self.path, self.name, self.comm.rank, made, self.allow_shared)
+            made_dirs.record(self.path, self.name, self.comm.rank, made, self.allow_shared)
         return None
 
     def _claim(self, taken_out=None):
@@ -162,8 +162,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         The dead jobs whose records were taken over are warned about, or added to ``taken_out``.
         """
         try:
-            conflict, taken = _owner.claim(self.path, self.name, self.comm.rank, self._token,
-                                           self._started, self._members, self.allow_shared)
+            conflict, taken = owner.claim(self.path, self.name, self.comm.rank, self._token,
+                                          self._started, self._members, self.allow_shared)
         except OSError as e:
             return e
         if conflict is not None:
@@ -178,15 +178,15 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def _start(self):
         """Check the directory, agree on the run identity and claim the directory (collective)."""
-        _policy.agree(self.comm, self._directory_problem())
-        views = self.comm.allgather_obj((_lineage.new_run_id(), time.time(), _owner.identity()))
+        trust.agree(self.comm, self._directory_problem())
+        views = self.comm.allgather_obj((lineage.new_run_id(), time.time(), owner.identity()))
         self._token, self._started = views[0][:2]
         self._members = [v[2] for v in views]   # this job's processes: their records are ours
         self.run_id = self._token
         taken = []
         problem = self._claim(taken)
         try:
-            _policy.agree(self.comm, problem)
+            trust.agree(self.comm, problem)
         except BaseException:
             if problem is None:   # this rank's claim stands, but the job does not start
                 self._release()
@@ -199,8 +199,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def _readiness_problem(self):
         """Return why this rank cannot write now (the directory, or this job's claim on it), or None."""
         problem = self._directory_problem()
-        if problem is None and _owner.check(self.path, self.name, self.comm.rank, self._token,
-                                            self.allow_shared) is not None:
+        if problem is None and owner.check(self.path, self.name, self.comm.rank, self._token,
+                                           self.allow_shared) is not None:
             problem = self._claim()   # the record was removed or replaced: claim again
         return problem
 
@@ -215,7 +215,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             raise problem
 
     def _release(self):
-        _owner.release(self.path, self.name, self.comm.rank, self._token, self.allow_shared)
+        owner.release(self.path, self.name, self.comm.rank, self._token, self.allow_shared)
 
     # -- files ------------------------------------------------------------------------
     def filename(self, iteration, rank=None):
@@ -237,7 +237,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         first rank of each node).
         """
         stray = []
-        files = _generations.list_files(self.path, self.name, stray)
+        files = generations.list_files(self.path, self.name, stray)
         new = sorted({(self.path, n) for n in stray} - _WARNED_STRAY)
         if new:
             _WARNED_STRAY.update(new)
@@ -252,8 +252,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def _meta_of(self, iteration, rank):
         """Return the metadata of a file, or ``(kind, why)`` when it cannot be used."""
-        return _generations.read_meta(self.filename(iteration, rank), self.allow_shared, rank,
-                                      iteration)
+        return generations.read_meta(self.filename(iteration, rank), self.allow_shared, rank,
+                                     iteration)
 
     def _scan(self):
         """Return ``{(iteration, rank): meta or (kind, why)}`` for the files this rank sees."""
@@ -269,7 +269,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def initialize(self, trainer):
         self._trainer = trainer
-        _saving.follow(self, trainer)   # background: agree on each write soon after its end
+        saving.follow(self, trainer)   # background: agree on each write soon after its end
 
     def save(self, obj, iteration=None):
         """Write this rank's snapshot of ``obj`` (a Trainer or any serializable object) atomically.
@@ -282,26 +282,26 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         """
         with trace.span('checkpoint save', 'io'):
             if self.background:
-                return _saving.save_background(self, obj, iteration)
-            return _saving.save_sync(self, obj, iteration)
+                return saving.save_background(self, obj, iteration)
+            return saving.save_sync(self, obj, iteration)
 
     def settle(self):
         """Wait for this rank's write, agree on every rank's, record complete generations; return the newest.
 
-        Collective (every rank at the same point; None when none was found complete): ``_saving.settle``.
+        Collective (every rank at the same point; None when none was found complete): ``saving.settle``.
         """
-        return _saving.settle(self)
+        return saving.settle(self)
 
     def poll(self):
         """Settle once no rank's write is still running; return whether nothing is left unsettled.
 
-        Collective and cheap (``_saving.poll``): a loop without a trainer calls it on every rank at
+        Collective and cheap (``saving.poll``): a loop without a trainer calls it on every rank at
         the same point, e.g. every iteration; the extension's trigger polls by itself.
         """
-        return _saving.poll(self)
+        return saving.poll(self)
 
     def _drain(self, timeout=None):
-        return _saving.drain(self, timeout)
+        return saving.drain(self, timeout)
 
     def collect(self):
         """Remove this rank's snapshots older than the newest ``cp_interval`` ones.
@@ -318,17 +318,17 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             return metas[(it, r)]
 
         files = self.visible_files()
-        floor = _saving.complete_floor(self, files, meta_of) if self.background else None
-        for r, it in _generations.files_to_collect(files, self.comm.rank, self.comm.size,
-                                                   self.cp_interval, meta_of, self.run_id, floor):
+        floor = saving.complete_floor(self, files, meta_of) if self.background else None
+        for r, it in generations.files_to_collect(files, self.comm.rank, self.comm.size,
+                                                  self.cp_interval, meta_of, self.run_id, floor):
             self._remove(self.filename(it, r))
 
     def _remove(self, fn):
-        if _writer.remove_file(fn):
+        if writer.remove_file(fn):
             self._stats['files_removed'] += 1
 
     def _remove_stale_tmp(self):
-        _writer.remove_stale_tmp(self.path, self._tmp_prefix())
+        writer.remove_stale_tmp(self.path, self._tmp_prefix())
 
     # -- loading ----------------------------------------------------------------------
 
@@ -358,7 +358,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         """
         try:
             with trace.span('checkpoint load', 'io'):
-                loaded = _load.load(self, trainer, optimizer, allow_pickle, start_fresh, weights_only)
+                loaded = load.load(self, trainer, optimizer, allow_pickle, start_fresh, weights_only)
         except BaseException:   # a checkpointer whose load raised never removes a file
             self._failed = True
             raise
@@ -368,8 +368,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def _prepare_load(self):
         """Wait for this process's writes in flight; check the directory and claim (all ranks); tidy up."""
         self._drain()
-        _background.join_others(self._flight, self.write_timeout)
-        _policy.agree(self.comm, self._readiness_problem())
+        write_background.join_others(self._flight, self.write_timeout)
+        trust.agree(self.comm, self._readiness_problem())
         self._remove_stale_tmp()
 
     def _check_parameters(self, obj):
@@ -382,7 +382,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._failed = True
 
     def _completed(self):
-        return _saving.completed(self)
+        return saving.completed(self)
 
     def finalize(self):
         """Wait for the write in flight; remove this rank's snapshots after a completed run; let go.
@@ -391,15 +391,15 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         ``write_timeout``: a write that has not finished is reported, and so is every save that
         failed since the last agreement; rank 0 says how many saves of the job failed.  After a
         completed run, the last rank to finish also removes the directories that the
-        checkpointer made, when they are empty (``_made``).
+        checkpointer made, when they are empty (``ownership.made``).
         """
-        _saving.finish(self)
+        saving.finish(self)
         completed = self._completed()
         if completed:
             self.cleanup()
         self._release()
         if completed:
-            _made.remove_if_empty(self.path, self.name, self.allow_shared)
+            made_dirs.remove_if_empty(self.path, self.name, self.allow_shared)
 
     def cleanup(self):
         """Remove this rank's snapshot files of this run (rank 0: also ranks this job lacks).
@@ -409,10 +409,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         for r, it in self.visible_files():
             if r == self.comm.rank or (self.comm.rank == 0 and r >= self.comm.size):
                 meta = self._meta_of(it, r)
-                if isinstance(meta, dict) and _lineage.run_of(meta) not in (None, self.run_id):
+                if isinstance(meta, dict) and lineage.run_of(meta) not in (None, self.run_id):
                     continue
                 self._remove(self.filename(it, r))
-        _complete.remove_record(self.path, self.name, self.comm.rank)
+        complete.remove_record(self.path, self.name, self.comm.rank)
         self._committed.clear()
         self._remove_stale_tmp()
 
@@ -424,7 +424,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         st['run_id'] = self.run_id
         st['local_iterations'] = self.local_iterations()
         st['background'] = self.background
-        st['in_flight'] = _saving.flight_iteration(self) if self._flight.busy else None
+        st['in_flight'] = saving.flight_iteration(self) if self._flight.busy else None
         st['staging_bytes'] = self._staging.nbytes
         return st
 

@@ -3,7 +3,7 @@
 Chainer's ``snapshot(autoload=True)`` loads with pickle on and trusts whatever file is newest in
 ``trainer.out``.  Here the autoload is done by chainermn instead: the directory must be this
 user's and writable by nobody else, the newest file must be a regular file of this user, it is
-read by the pickle-free, bounded reader of the checkpointer (``_safe_npz``), and any failure is
+read by the pickle-free, bounded reader of the checkpointer (``read.npz``), and any failure is
 raised on every rank together.  Chainer's default writer (``save_npz`` through a
 ``SimpleWriter``) is replaced by one that writes through ``chainermn_comm.safe_files`` without
 pickle; a writer or ``savefun`` of your own is left as it is.  ``CHAINERMN_TRUST_SHARED=1``
@@ -15,13 +15,15 @@ import stat
 
 import numpy
 from chainer import serializers
-from chainer.serializers import npz
+from chainer.serializers import npz as chainer_npz
 from chainer.training import extension
 from chainer.training.extensions import snapshot_writers
 
 from chainermn_comm import safe_files, trace
 
-from chainermn_train.checkpoint import _policy, _resize, _safe_npz
+from chainermn_train.checkpoint.ownership import trust
+from chainermn_train.checkpoint.read import npz
+from chainermn_train.checkpoint.reshard import resize
 
 __all__ = ['multi_node_snapshot', 'parse_replica_sets', 'SafeWriter', 'latest_snapshot']
 
@@ -81,14 +83,14 @@ class SafeWriter(snapshot_writers.Writer):
         # raised here (the job then ends through the rules for a rank that leaves), no collective.
         safe_files.make_directory(outdir, 'snapshot directory')
         with safe_files.atomic_write(os.path.join(outdir, filename)) as f:
-            _safe_npz.write(f, target)
+            npz.write(f, target)
         self._post_save()
 
 
 def _default_writer(snapshot):
     writer = getattr(snapshot, 'writer', None)
-    return type(writer) is snapshot_writers.SimpleWriter and writer._savefun is npz.save_npz and \
-        not writer._kwds
+    return type(writer) is snapshot_writers.SimpleWriter and \
+        writer._savefun is chainer_npz.save_npz and not writer._kwds
 
 
 def _read_latest(fmt, outdir, target, limits, rank):
@@ -98,21 +100,21 @@ def _read_latest(fmt, outdir, target, limits, rank):
         path = latest_snapshot(fmt, outdir)
         if path is None:
             return None, None
-        allowed, how = _policy.allow_pickle(None)
+        allowed, how = trust.allow_pickle(None)
         with safe_files.open_trusted(path, 'snapshot') as f:
-            values, pickled = _safe_npz.read(f, allow_pickle=allowed, limits=limits, name=path)
+            values, pickled = npz.read(f, allow_pickle=allowed, limits=limits, name=path)
         if pickled:
-            _policy.warn_pickle_once(rank, path, pickled, how)
-        _safe_npz.split_meta(values)
+            trust.warn_pickle_once(rank, path, pickled, how)
+        npz.split_meta(values)
         serializers.NpzDeserializer(values).load(target)
         return path, None
-    except _safe_npz.PickleRequired as e:
-        return None, _policy.UnsafeCheckpointError(
-            'refusing to load the snapshot: {}. Nothing was loaded. {}'.format(e, _policy.OPT_IN_HINT))
+    except npz.PickleRequired as e:
+        return None, trust.UnsafeCheckpointError(
+            'refusing to load the snapshot: {}. Nothing was loaded. {}'.format(e, trust.OPT_IN_HINT))
     except safe_files.UntrustedPathError as e:
         return None, e
     except Exception as e:
-        return None, _policy.SnapshotUnusableError(
+        return None, trust.SnapshotUnusableError(
             'cannot load the newest snapshot in {} ({}: {}); nothing was loaded. Fix or remove '
             'it.'.format(outdir, type(e).__name__, e))
 
@@ -157,7 +159,7 @@ class _MultiNodeSnapshot(extension.Extension):
         autoload = getattr(self.snapshot, 'autoload', False) and isinstance(self.snapshot.filename, str)
         target = getattr(self.snapshot, '_target', None)
         target = trainer if target is None else target
-        limits = _resize.byte_limits(_resize.expected_keys(target)) if autoload else None
+        limits = resize.byte_limits(resize.expected_keys(target)) if autoload else None
         found, problem = None, None
         if self.is_master:
             if autoload:
@@ -168,7 +170,7 @@ class _MultiNodeSnapshot(extension.Extension):
                 self.snapshot.initialize(trainer)
             finally:
                 self.snapshot.autoload = wanted
-        _policy.agree(self.comm, problem)
+        trust.agree(self.comm, problem)
         if not autoload or len(self.replica_set) == 1:
             return
         if self.is_master:

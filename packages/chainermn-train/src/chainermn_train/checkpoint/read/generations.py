@@ -3,7 +3,7 @@
 A generation is the set of files ``<name>.<rank>.<iteration>`` of one iteration (rank and iteration
 in ASCII digits, without leading zeros; other names that start with ``<name>.`` are stray and left
 alone).  Every function here is local to the calling rank (no communication); agreeing across
-ranks is ``_load``.
+ranks is ``load``.
 """
 
 import os
@@ -11,7 +11,7 @@ import re
 
 from chainermn_comm import safe_files
 
-from chainermn_train.checkpoint import _lineage, _safe_npz
+from chainermn_train.checkpoint.read import lineage, npz
 
 __all__ = ['list_files', 'read_meta', 'BYTES_KEY', 'group_views', 'exact_candidates',
            'own_file_problems', 'complete_generation_exists', 'oversized', 'files_to_collect',
@@ -58,12 +58,12 @@ def read_meta(path, allow_shared=None, rank=None, iteration=None):
     """
     try:
         with safe_files.open_trusted(path, 'snapshot', allow_shared=allow_shared) as f:
-            meta = _safe_npz.read_meta(f, name=path)
+            meta = npz.read_meta(f, name=path)
             f.seek(0)
-            meta[BYTES_KEY] = max(_safe_npz.declared_bytes(f), os.fstat(f.fileno()).st_size)
+            meta[BYTES_KEY] = max(npz.declared_bytes(f), os.fstat(f.fileno()).st_size)
     except safe_files.UntrustedPathError as e:
         return ('untrusted', str(e))
-    except _safe_npz.PickleRequired as e:
+    except npz.PickleRequired as e:
         return ('refused', str(e))
     except Exception as e:
         return ('unreadable', '{}: {}'.format(type(e).__name__, e))
@@ -150,7 +150,7 @@ def complete_generation_exists(files, size, meta_of):
 
 def _own_lineage(meta, run):
     # A file of this run, or one written before runs were recorded; never another run's file.
-    return isinstance(meta, dict) and _lineage.run_of(meta) in (None, run)
+    return isinstance(meta, dict) and lineage.run_of(meta) in (None, run)
 
 
 def files_to_collect(files, rank, size, keep, meta_of, run, floor=None):

@@ -3,10 +3,10 @@
 Collective throughout.  On the same world size every rank loads its own file of the newest
 iteration all ranks can read (bitwise resume).  Otherwise every rank loads the shared state of one
 readable file of the newest usable generation, sent by a rank that can read it, and the updater's
-iterators move to the same epoch and fraction of their new shard (see ``_resize``).  A generation
-of sharded optimizer state that this job partitions otherwise (another world size, or an
-unsharded optimizer) also gets every old rank's share (``_state_shares``); one whose shares cannot
-all be read is refused, naming the files, and the next older generation is tried.
+iterators move to the same epoch and fraction of their new shard (see ``reshard.resize``).  A
+generation of sharded optimizer state that this job partitions otherwise (another world size, or an
+unsharded optimizer) also gets every old rank's share (``reshard.state_shares``); one whose shares
+cannot all be read is refused, naming the files, and the next older generation is tried.
 """
 
 import io
@@ -17,9 +17,10 @@ import numpy
 from chainermn_comm import safe_files, voice
 from chainermn_comm.log import get_logger
 
-from chainermn_train.checkpoint import (_complete, _generations, _lineage, _resize, _safe_npz, _shards,
-                                        _state_shares)
-from chainermn_train.checkpoint import _policy as policy
+from chainermn_train.checkpoint.ownership import trust
+from chainermn_train.checkpoint.read import data_order, generations, lineage, npz
+from chainermn_train.checkpoint.reshard import resize, state_shares
+from chainermn_train.checkpoint.write import complete
 
 __all__ = ['load', 'read_own']
 
@@ -28,7 +29,7 @@ _log = get_logger('train')
 
 def _read_file(ckpt, fn, allow_pickle, limits, keep):
     with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
-        return _safe_npz.read(f, allow_pickle=allow_pickle, limits=limits, name=fn, keep=keep)
+        return npz.read(f, allow_pickle=allow_pickle, limits=limits, name=fn, keep=keep)
 
 
 def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None, keep=None,
@@ -42,21 +43,21 @@ def read_own(ckpt, iteration, allow_pickle, how, expected=None, source=None, kee
     gives its key; ``keep`` (key prefixes) leaves the other members unread.
     """
     fn = ckpt.filename(iteration)
-    limits = _resize.byte_limits(expected) if limits is None else limits
+    limits = resize.byte_limits(expected) if limits is None else limits
     try:
         if source is None:
             values, pickled = _read_file(ckpt, fn, allow_pickle, limits, keep)
         else:
-            values, pickled = _safe_npz.read(io.BytesIO(source), allow_pickle=allow_pickle,
-                                             limits=limits, name=fn, keep=keep)
-    except _safe_npz.PickleRequired as e:
+            values, pickled = npz.read(io.BytesIO(source), allow_pickle=allow_pickle,
+                                       limits=limits, name=fn, keep=keep)
+    except npz.PickleRequired as e:
         return None, ('refused', str(e))
     except Exception as e:  # truncated, corrupt, missing: all mean "cannot use this one"
         return None, ('unreadable', '{}: {}'.format(type(e).__name__, e))
     if pickled:
-        policy.warn_pickle_once(ckpt.comm.rank, fn, pickled, how)
-    _safe_npz.split_meta(values)
-    problem = _resize.mismatches(expected, values)
+        trust.warn_pickle_once(ckpt.comm.rank, fn, pickled, how)
+    npz.split_meta(values)
+    problem = resize.mismatches(expected, values)
     if problem is not None:
         return None, ('unreadable', 'a valid snapshot file that ' + problem)
     return values, None
@@ -94,8 +95,8 @@ def agree_on_generation(ckpt, candidates, allow_pickle, how, expected=None, reje
                 it, '; '.join('rank {} {}: {}'.format(r, ckpt.filename(it, r),
                                                       'refused: ' + why if kind == 'refused' else why)
                               for r, kind, why in bad),
-                ' ({})'.format(policy.OPT_IN_HINT) if refused_here else ''),
-            policy.CheckpointWarning, ckpt.comm.rank, stacklevel=4)
+                ' ({})'.format(trust.OPT_IN_HINT) if refused_here else ''),
+            trust.CheckpointWarning, ckpt.comm.rank, stacklevel=4)
     return None, None, refused
 
 
@@ -145,11 +146,11 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
                 fn = ckpt.filename(it, r)
                 try:
                     with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
-                        _safe_npz.read(f, allow_pickle=allowed, limits=_resize.byte_limits(expected),
-                                       name=fn, keep=keep)   # bounded: checked before its bytes travel
+                        npz.read(f, allow_pickle=allowed, limits=resize.byte_limits(expected),
+                                 name=fn, keep=keep)   # bounded: checked before its bytes travel
                         f.seek(0)
                         data = f.read()
-                except _safe_npz.PickleRequired as e:
+                except npz.PickleRequired as e:
                     problem = ('refused', str(e))
                 except Exception as e:
                     problem = ('unreadable', '{}: {}'.format(type(e).__name__, e))
@@ -163,15 +164,15 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
             buf = ckpt.comm.bcast(numpy.frombuffer(data, dtype=numpy.uint8) if rank == q else None,
                                   root=q)
             values, mine = read_own(ckpt, it, allowed, how, source=buf.tobytes(), keep=keep,
-                                    limits=_resize.byte_limits(expected))
+                                    limits=resize.byte_limits(expected))
             if mine is None and not weights_only:
-                _resize.fill_local(values, local)   # e.g. rank 0's LogReport from another rank's file
+                resize.fill_local(values, local)   # e.g. rank 0's LogReport from another rank's file
                 try:
-                    _resize.rebuild_iterator_values(trainer, values, meta, rank)
+                    resize.rebuild_iterator_values(trainer, values, meta, rank)
                 except Exception as e:
                     mine = ('unreadable', '{}: {}'.format(type(e).__name__, e))
             if mine is None:
-                problem = _resize.mismatches(expected, values)
+                problem = resize.mismatches(expected, values)
                 if problem is not None:
                     mine = ('mismatch', problem)
             problems = ckpt.comm.allgather_obj(mine)
@@ -186,7 +187,7 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
                 if any(p is not None and p[0] == 'mismatch' for p in problems):
                     break   # every file of a generation holds the same shared state
                 continue
-            _resize.average_rank_state(   # e.g. PowerSGD's error memories: their mean on every rank
+            resize.average_rank_state(   # e.g. PowerSGD's error memories: their mean on every rank
                 ckpt.comm, [(d[0], d[1]) for d in donors], values,
                 lambda old: _read_checked(ckpt, ckpt.filename(it, old), allowed, expected))
             mode = 'resharded from {} (world size {}, {} rank(s) per node)'.format(
@@ -198,31 +199,31 @@ def reshard(ckpt, trainer, gens, allowed, how, expected, rejected, local, weight
 def _read_checked(ckpt, fn, allowed, expected):
     """Return the values of the snapshot ``fn`` read as every snapshot is: trusted, bounded."""
     with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
-        return _safe_npz.read(f, allow_pickle=allowed, limits=_resize.byte_limits(expected), name=fn)[0]
+        return npz.read(f, allow_pickle=allowed, limits=resize.byte_limits(expected), name=fn)[0]
 
 
 def _unusable(ckpt, gens, rejected, refused, fresh_ok):
     """Return None (start fresh) or raise the error that says why no generation can be used."""
     rank, size = ckpt.comm.rank, ckpt.comm.size
-    text = _generations.summary(gens, rejected)
+    text = generations.summary(gens, rejected)
     if fresh_ok:
         voice.warn_all('no snapshot generation of {!r} in {} can be used; starting from '
                        'iteration 0 as asked (start_fresh). {}'.format(ckpt.name, ckpt.path, text),
-                       policy.CheckpointWarning, rank, stacklevel=4)
+                       trust.CheckpointWarning, rank, stacklevel=4)
         return None
     if refused:
-        raise policy.UnsafeCheckpointError(
+        raise trust.UnsafeCheckpointError(
             'rank {}: no generation of the snapshots {!r} in {} can be used and some were '
             'refused because loading them needs pickle; nothing was loaded. Refused: {}. '
             'To load them anyway: {}. {}'.format(
                 rank, ckpt.name, ckpt.path,
-                '; '.join('rank {}: {}'.format(r, why) for r, why in refused), policy.OPT_IN_HINT,
+                '; '.join('rank {}: {}'.format(r, why) for r, why in refused), trust.OPT_IN_HINT,
                 text))
-    raise policy.SnapshotUnusableError(
+    raise trust.SnapshotUnusableError(
         'rank {}: snapshots {!r} exist in {} but no generation can be used by this job of {} '
         'rank(s); nothing was loaded and nothing was deleted. {} Fix or remove the files, or '
         'pass maybe_load(..., start_fresh=True) (or {}=1) to start from iteration 0.'.format(
-            rank, ckpt.name, ckpt.path, size, text, policy.START_FRESH_ENV))
+            rank, ckpt.name, ckpt.path, size, text, trust.START_FRESH_ENV))
 
 
 def _refuse_untrusted(views):
@@ -237,7 +238,7 @@ def _refuse_untrusted(views):
 
 def _weights_only(trainer, expected):
     """Return ``expected`` cut down to the models' keys, and ``[(prefix, model)]`` to load them into."""
-    models = _lineage.models_of(trainer)
+    models = lineage.models_of(trainer)
     if models is None:
         return expected, None
     prefixes = tuple(p for p, _ in models)
@@ -252,7 +253,7 @@ def _deserialize(trainer, values, models, rank, it):
             for prefix, model in models:
                 chainer.serializers.NpzDeserializer(values, path=prefix).load(model)
     except KeyError as e:
-        raise policy.SnapshotUnusableError(
+        raise trust.SnapshotUnusableError(
             'rank {}: the snapshot of iteration {} lacks key {} that this job needs while loading; '
             'the job is not the one that wrote it'.format(rank, it, e)) from None
 
@@ -261,7 +262,7 @@ def _remove_incomplete(ckpt, gens, incomplete):
     """Remove this rank's files of the incomplete generations of the run it resumes (local)."""
     for it in incomplete:
         for _, m in gens[it].get(ckpt.comm.rank, ()):
-            if isinstance(m, dict) and _lineage.run_of(m) == ckpt.run_id:
+            if isinstance(m, dict) and lineage.run_of(m) == ckpt.run_id:
                 ckpt._remove(ckpt.filename(it))
                 break
 
@@ -272,31 +273,31 @@ def _load_and_gather(ckpt, trainer, usable, allowed, how, expected, rejected, lo
 
     Each rank's own file on the same world size, else one file's shared state (``reshard``); a
     generation of sharded optimizer state that this job partitions otherwise also gets every old
-    rank's share (``_state_shares``), or is refused and the next older one is tried.
+    rank's share (``reshard.state_shares``), or is refused and the next older one is tried.
     """
     size = ckpt.comm.size
     gather_at = {}
     if not weights_only:
-        mine = _state_shares.job_partitions(trainer, ckpt.comm)
+        mine = state_shares.job_partitions(trainer, ckpt.comm)
         for it in sorted(usable):
-            rec = _state_shares.recorded(usable[it])
-            if rec and _state_shares.needs_gather(rec, mine):
+            rec = state_shares.recorded(usable[it])
+            if rec and state_shares.needs_gather(rec, mine):
                 gather_at[it] = rec
         for it in sorted(gather_at):   # every rank sees the same files: the same decision
-            missing = _state_shares.missing_files(usable[it], gather_at[it])
+            missing = state_shares.missing_files(usable[it], gather_at[it])
             if missing:
-                rejected.setdefault(it, []).append(_state_shares.describe_missing(ckpt, it, missing))
+                rejected.setdefault(it, []).append(state_shares.describe_missing(ckpt, it, missing))
                 del usable[it]
     usable = dict(usable)
 
     def expected_at(it):
         if it in gather_at:
-            return _state_shares.without_state(expected, trainer, gather_at[it])
+            return state_shares.without_state(expected, trainer, gather_at[it])
         return expected
 
     refused = []
-    exact_all = [it for it in _generations.exact_candidates(usable, size)
-                 if not _generations.own_file_problems(usable[it], size, rejected.setdefault(it, []))]
+    exact_all = [it for it in generations.exact_candidates(usable, size)
+                 if not generations.own_file_problems(usable[it], size, rejected.setdefault(it, []))]
     while True:
         exact = [it for it in exact_all if it in usable]
         it, values, refused1 = agree_on_generation(ckpt, exact, allowed, how, expected_at, rejected,
@@ -309,9 +310,9 @@ def _load_and_gather(ckpt, trainer, usable, allowed, how, expected, rejected, lo
             refused += refused2
         if it is None or it not in gather_at:
             return it, values, refused, mode
-        why = _state_shares.gather(ckpt, trainer, it, usable[it], gather_at[it], values, allowed)
+        why = state_shares.gather(ckpt, trainer, it, usable[it], gather_at[it], values, allowed)
         if why is None:
-            problems = ckpt.comm.allgather_obj(_resize.mismatches(expected, values))
+            problems = ckpt.comm.allgather_obj(resize.mismatches(expected, values))
             bad = ['rank {}: {}'.format(r, p) for r, p in enumerate(problems) if p is not None]
             if bad:
                 why = 'with the shares of its sharded optimizer state gathered, the state ' + '; '.join(bad)
@@ -321,33 +322,33 @@ def _load_and_gather(ckpt, trainer, usable, allowed, how, expected, rejected, lo
         rejected.setdefault(it, []).append(why)
         voice.warn_all('cannot use the snapshots of iteration {} of {!r}: {}; falling back to an '
                        'older generation'.format(it, ckpt.name, why),
-                       policy.CheckpointWarning, ckpt.comm.rank, stacklevel=4)
+                       trust.CheckpointWarning, ckpt.comm.rank, stacklevel=4)
         del usable[it]
 
 
 def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False):
     """Do the work of ``MultiNodeCheckpointer.maybe_load``; return the loaded iteration or None."""
     start = time.monotonic()
-    allowed, how = policy.allow_pickle(allow_pickle if allow_pickle is not None else ckpt.allow_pickle)
-    fresh_ok = policy.start_fresh(start_fresh)
+    allowed, how = trust.allow_pickle(allow_pickle if allow_pickle is not None else ckpt.allow_pickle)
+    fresh_ok = trust.start_fresh(start_fresh)
     ckpt._prepare_load()
     local = {}
-    expected = _resize.expected_keys(trainer, local)
+    expected = resize.expected_keys(trainer, local)
     models = None
     if weights_only:
         expected, models = _weights_only(trainer, expected)
-    views = ckpt.comm.allgather_obj((ckpt._scan(), _complete.read_records(ckpt.path, ckpt.name,
-                                                                          ckpt.allow_shared)))
+    views = ckpt.comm.allgather_obj((ckpt._scan(), complete.read_records(ckpt.path, ckpt.name,
+                                                                         ckpt.allow_shared)))
     committed = set().union(*(c for _, c in views))
     views = [v for v, _ in views]
     _refuse_untrusted(views)
-    gens = _generations.group_views(views)
+    gens = generations.group_views(views)
     size, rank = ckpt.comm.size, ckpt.comm.rank
     rejected = {}
     # Every rank sees the same views, so every rank screens out the same generations.
-    skip = _lineage.screen(gens, trainer, weights_only, rejected)
-    skip |= {it for it, _ in _generations.oversized(gens, rejected)}
-    incomplete = _complete.incomplete(gens, committed)
+    skip = lineage.screen(gens, trainer, weights_only, rejected)
+    skip |= {it for it, _ in generations.oversized(gens, rejected)}
+    incomplete = complete.incomplete(gens, committed)
     for it, why in incomplete.items():
         rejected.setdefault(it, []).append(why)
     skip |= set(incomplete)
@@ -364,14 +365,14 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
             # Only generations a killed run never completed (background writes): none was ever
             # loadable, so this run starts from iteration 0 as that run's continuation and
             # removes its own files of them.
-            runs = {_lineage.run_of(m) for g in gens for fl in gens[g].values() for _, m in fl
+            runs = {lineage.run_of(m) for g in gens for fl in gens[g].values() for _, m in fl
                     if isinstance(m, dict)}
             if len(runs) == 1 and None not in runs:
                 ckpt.run_id = runs.pop()
                 _remove_incomplete(ckpt, gens, incomplete)
             if rank == 0:
                 _log.info('chainermn checkpoint: no complete generation of %r; starting from '
-                          'iteration 0 (%s)', ckpt.name, _generations.summary(gens, rejected))
+                          'iteration 0 (%s)', ckpt.name, generations.summary(gens, rejected))
             return None
         return _unusable(ckpt, gens, rejected, refused, fresh_ok)
     _deserialize(trainer, values, models if weights_only else None, rank, it)
@@ -379,10 +380,10 @@ def load(ckpt, trainer, optimizer, allow_pickle, start_fresh, weights_only=False
     if skipped:
         voice.warn_all('loading generation {} of {!r}; newer ones were refused: {}'.format(
             it, ckpt.name, ' | '.join('iteration {}: {}'.format(g, '; '.join(rejected[g]))
-                                      for g in skipped)), policy.CheckpointWarning, rank, stacklevel=4)
-    runs = {_lineage.run_of(m) for fl in gens[it].values() for _, m in fl if isinstance(m, dict)}
+                                      for g in skipped)), trust.CheckpointWarning, rank, stacklevel=4)
+    runs = {lineage.run_of(m) for fl in gens[it].values() for _, m in fl if isinstance(m, dict)}
     if not weights_only:
-        _shards.check(gens[it], rank, ckpt.name)   # every rank sees the same metadata
+        data_order.check(gens[it], rank, ckpt.name)   # every rank sees the same metadata
         if optimizer is not None and hasattr(optimizer, '_mn_mark_synced'):
             optimizer._mn_mark_synced()
         ckpt._counter = it

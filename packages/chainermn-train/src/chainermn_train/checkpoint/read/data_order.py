@@ -14,7 +14,7 @@ import json
 
 from chainermn_comm import run_facts, voice
 
-from chainermn_train.checkpoint._policy import CheckpointWarning
+from chainermn_train.checkpoint.ownership.trust import CheckpointWarning
 
 __all__ = ['META_KEY', 'meta', 'recorded', 'differences', 'check']
 

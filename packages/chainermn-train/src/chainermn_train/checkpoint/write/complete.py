@@ -1,6 +1,6 @@
 """Which generations are complete: every rank's file of it is durable, and the loader can tell.
 
-A file reaches its final name only once it is ``fsync``-ed (``_writer``), so a generation is
+A file reaches its final name only once it is ``fsync``-ed (``writer``), so a generation is
 complete when every rank's file of it has its final name.  A generation written in the background
 (its files record ``background``) may be caught half-written by a crash, so the loader takes it
 only when it is complete: either every rank of the world size that wrote it has its file on disk
@@ -17,7 +17,7 @@ import re
 
 from chainermn_comm import safe_files
 
-from chainermn_train.checkpoint import _lineage
+from chainermn_train.checkpoint.read import lineage
 
 __all__ = ['BACKGROUND_KEY', 'record_path', 'read_records', 'write_record', 'remove_record',
            'incomplete']
@@ -73,7 +73,7 @@ def remove_record(directory, name, rank):
 def incomplete(gens, committed):
     """Return ``{iteration: why}`` of the generations written in the background that are not complete.
 
-    ``gens`` is ``{iteration: {rank: [(seen_by, meta), ...]}}`` (``_generations.group_views``),
+    ``gens`` is ``{iteration: {rank: [(seen_by, meta), ...]}}`` (``read.generations.group_views``),
     ``committed`` the ``{(run, iteration)}`` of :func:`read_records`.
     """
     out = {}
@@ -84,7 +84,7 @@ def incomplete(gens, committed):
         size = next((m['world_size'] for m in metas if m.get('world_size') is not None), None)
         if size is None:
             continue
-        runs = {_lineage.run_of(m) for m in metas}
+        runs = {lineage.run_of(m) for m in metas}
         if any((run, it) in committed for run in runs):
             continue
         have = {r for r, seen in files.items() if any(isinstance(m, dict) for _, m in seen)}

@@ -20,7 +20,7 @@ import json
 import numpy
 from chainermn_comm import safe_files
 
-from chainermn_train.checkpoint import _lineage, _safe_npz
+from chainermn_train.checkpoint.read import lineage, npz
 
 __all__ = ['META_PREFIX', 'partition_meta', 'recorded', 'job_partitions', 'own_paths', 'needs_gather',
            'without_state', 'missing_files', 'describe_missing', 'gather', 'owned_paths']
@@ -41,7 +41,7 @@ def _sharded_optimizers(obj):
     updater = _updater_of(obj)
     if updater is None:
         return {}
-    prefixes = _lineage.optimizers_of(obj)
+    prefixes = lineage.optimizers_of(obj)
     return {name: (prefixes[name][0], getattr(opt, '_mn_shard', None))
             for name, opt in sorted(updater.get_all_optimizers().items()) if name in prefixes}
 
@@ -113,7 +113,7 @@ def owned_paths(part, rank):
 
 
 def _state_prefixes(obj, rec):
-    prefixes = _lineage.optimizers_of(obj)
+    prefixes = lineage.optimizers_of(obj)
     return {name: prefixes[name][0] for name in rec if name in prefixes}
 
 
@@ -171,7 +171,7 @@ def _param_shapes(opt):
 
 def _pack(values):
     buf = io.BytesIO()
-    _safe_npz.write(buf, dict(values))
+    npz.write(buf, dict(values))
     return numpy.frombuffer(buf.getvalue(), dtype=numpy.uint8)
 
 
@@ -197,9 +197,9 @@ def gather(ckpt, obj, it, files, rec, values, allowed):
             fn = ckpt.filename(it, r)
             try:
                 with safe_files.open_trusted(fn, 'snapshot', allow_shared=ckpt.allow_shared) as f:
-                    got, _ = _safe_npz.read(f, allow_pickle=allowed, name=fn,
-                                            limits=_share_limits(obj, prefixes, rec, r),
-                                            keep=tuple(prefixes.values()))
+                    got, _ = npz.read(f, allow_pickle=allowed, name=fn,
+                                      limits=_share_limits(obj, prefixes, rec, r),
+                                      keep=tuple(prefixes.values()))
                 share = {k: v for k, v in got.items()
                          if any(k.startswith(ro) for ro in roots.values() if ro)}
                 missing = _lacking(share, obj, prefixes, rec, r)
@@ -216,9 +216,9 @@ def gather(ckpt, obj, it, files, rec, values, allowed):
                     'optimizer state of the parameters rank {} owned is lost'.format(
                         ckpt.filename(it, r), q, problem, r))
         buf = comm.bcast(data, root=q)
-        got, _ = _safe_npz.read(io.BytesIO(buf.tobytes()), allow_pickle=False,
-                                limits=_share_limits(obj, prefixes, rec, r), name=ckpt.filename(it, r))
-        _safe_npz.split_meta(got)
+        got, _ = npz.read(io.BytesIO(buf.tobytes()), allow_pickle=False,
+                          limits=_share_limits(obj, prefixes, rec, r), name=ckpt.filename(it, r))
+        npz.split_meta(got)
         for name, pre in prefixes.items():
             keep = _wanted(comm, name, rec[name], mine)
             for path in owned_paths(rec[name], r):
@@ -233,16 +233,16 @@ def _share_limits(obj, prefixes, rec, r):
     """Return ``{key: most bytes}`` of the state keys of old rank ``r``'s share (parameter-shaped)."""
     out = {}
     for name, pre in prefixes.items():
-        opt = _lineage.optimizers_of(obj)[name][1]
+        opt = lineage.optimizers_of(obj)[name][1]
         shapes = _param_shapes(opt)
-        names = _lineage.state_keys(opt) or []
+        names = lineage.state_keys(opt) or []
         for path in owned_paths(rec[name], r):
             shape = shapes.get(path)
             if shape is None:
                 continue
-            out['{}{}/t'.format(pre, path)] = _safe_npz.member_limit(())
+            out['{}{}/t'.format(pre, path)] = npz.member_limit(())
             for s in names:
-                out['{}{}/{}'.format(pre, path, s)] = _safe_npz.member_limit(shape)
+                out['{}{}/{}'.format(pre, path, s)] = npz.member_limit(shape)
     return out
 
 
@@ -250,7 +250,7 @@ def _lacking(share, obj, prefixes, rec, r):
     """Return the state keys of old rank ``r``'s parameters its file lacks (its optimizer's state names)."""
     out = []
     for name, pre in prefixes.items():
-        names = _lineage.state_keys(_lineage.optimizers_of(obj)[name][1]) or []
+        names = lineage.state_keys(lineage.optimizers_of(obj)[name][1]) or []
         for path in owned_paths(rec[name], r):
             for s in names:
                 key = '{}{}/{}'.format(pre, path, s)

@@ -1,6 +1,6 @@
 """What a snapshot generation records about its job, and how a job of another size resumes from it.
 
-Every snapshot file carries metadata (see ``_safe_npz.META_PREFIX``): the world size and ranks per
+Every snapshot file carries metadata (see ``npz.META_PREFIX``): the world size and ranks per
 node of the job that wrote it, the updater's iteration and epoch, and for each iterator of the
 updater its epoch, its position as a fraction of the epoch (``epoch_detail``) and
 ``previous_epoch_detail``.  On a different world size the values every rank holds the same
@@ -17,7 +17,8 @@ import chainer
 import numpy
 from chainermn_comm.hooks import RANK_MEAN
 
-from chainermn_train.checkpoint import _lineage, _safe_npz, _state_shares
+from chainermn_train.checkpoint.read import lineage, npz
+from chainermn_train.checkpoint.reshard import state_shares
 
 __all__ = ['generation_meta', 'iterators_of', 'iterator_prefix', 'rebuild_iterator_values',
            'expected_keys', 'byte_limits', 'fill_local', 'mismatches', 'LOCAL_PREFIXES',
@@ -65,7 +66,7 @@ def generation_meta(obj, comm, iteration):
         prev = _float(getattr(it, 'previous_epoch_detail', None), -1.0)
         meta[key + 'previous_epoch_detail'] = prev
         meta[key + 'is_new_epoch'] = bool(getattr(it, 'is_new_epoch', False))
-    meta.update(_state_shares.partition_meta(obj, comm))   # shard_state=True: who owns which state
+    meta.update(state_shares.partition_meta(obj, comm))   # shard_state=True: who owns which state
     return meta
 
 
@@ -169,8 +170,8 @@ def expected_keys(obj, local=None):
 
 def _add_optimizer_state(obj, keys):
     """Add the state keys an optimizer without state yet asks for while loading (Adam's m and v)."""
-    parts = _state_shares.own_paths(obj)
-    for name, (prefix, opt) in _lineage.optimizers_of(obj).items():
+    parts = state_shares.own_paths(obj)
+    for name, (prefix, opt) in lineage.optimizers_of(obj).items():
         names = None
         mine = parts.get(name)
         for path, param in sorted(opt.target.namedparams()):
@@ -180,7 +181,7 @@ def _add_optimizer_state(obj, keys):
             if mine is not None and path.strip('/') not in mine:
                 continue   # shard_state=True: another rank owns (and loads) this state
             if names is None:
-                names = _lineage.state_keys(opt) or []
+                names = lineage.state_keys(opt) or []
             shape = None if param.array is None else tuple(param.array.shape)
             for name in names:
                 keys['{}{}/{}'.format(prefix, path.strip('/'), name)] = shape
@@ -188,7 +189,7 @@ def _add_optimizer_state(obj, keys):
 
 def byte_limits(expected):
     """Return ``{key: most bytes its member may declare}`` for the keys of ``expected`` of known shape."""
-    return {k: _safe_npz.member_limit(shape) for k, shape in (expected or {}).items()
+    return {k: npz.member_limit(shape) for k, shape in (expected or {}).items()
             if shape is not None}
 
 

@@ -1,10 +1,10 @@
 """How a snapshot is saved: written before ``save`` returns, or copied and written in the background.
 
 A background save (``save_background``) waits for the write in flight (``drain``, bounded), copies
-what the snapshot holds into the staging buffers (``_staging``) and starts its write
-(``_background``); training goes on.  What became of each save stays with the rank until the ranks
+what the snapshot holds into the staging buffers (``staging``) and starts its write
+(``background``); training goes on.  What became of each save stays with the rank until the ranks
 agree (``settle``, a collective every rank calls at the same point): the generations every rank
-finished are recorded complete (``_complete``), and a save that failed on any rank is reported
+finished are recorded complete (``complete``), and a save that failed on any rank is reported
 once for the job, counted, and the files of it that were written are removed.  So that a
 generation whose files are all durable is recorded complete within an iteration or two (not only
 at the next save), the extension's trigger polls while a save it made is unsettled
@@ -22,10 +22,11 @@ import chainer
 import numpy
 from chainermn_comm import trace, voice
 
-from chainermn_train.checkpoint import (_background, _complete, _lineage, _resize, _safe_npz, _shards,
-                                        _staging, _writer)
-from chainermn_train.checkpoint._background import kill_point
-from chainermn_train.checkpoint._policy import CheckpointWarning
+from chainermn_train.checkpoint.ownership.trust import CheckpointWarning
+from chainermn_train.checkpoint.read import data_order, lineage, npz
+from chainermn_train.checkpoint.reshard import resize
+from chainermn_train.checkpoint.write import background, complete, staging, writer
+from chainermn_train.checkpoint.write.background import kill_point
 
 __all__ = ['save_sync', 'save_background', 'flight_iteration', 'drain', 'report_alone', 'settle',
            'poll', 'PollingTrigger', 'follow', 'finish', 'completed', 'complete_floor']
@@ -50,10 +51,10 @@ def _iteration(ckpt, obj, iteration):
 
 def _meta(ckpt, obj, iteration):
     """Return the metadata this rank's snapshot of ``obj`` at ``iteration`` records."""
-    meta = _resize.generation_meta(obj, ckpt.comm, iteration)
-    meta[_lineage.RUN_KEY] = ckpt.run_id
-    meta.update(_lineage.optimizer_meta(obj))
-    meta.update(_shards.meta())
+    meta = resize.generation_meta(obj, ckpt.comm, iteration)
+    meta[lineage.RUN_KEY] = ckpt.run_id
+    meta.update(lineage.optimizer_meta(obj))
+    meta.update(data_order.meta())
     return meta
 
 
@@ -64,7 +65,7 @@ def save_sync(ckpt, obj, iteration):
     ckpt._ensure_ready()
     final = ckpt.filename(iteration)
     meta = _meta(ckpt, obj, iteration)
-    size = _writer.write_atomically(final, lambda f: _safe_npz.write(f, obj, meta))
+    size = writer.write_atomically(final, lambda f: npz.write(f, obj, meta))
     ckpt._counter = iteration
     st = ckpt._stats
     st['saves'] += 1
@@ -88,23 +89,23 @@ def save_background(ckpt, obj, iteration):
     iteration = _iteration(ckpt, obj, iteration)
     kill_point('before-copy', ckpt.comm.rank)
     if not drain(ckpt):   # the staging buffers are still being written
-        ckpt._pending.append(_background.Outcome(iteration, error=TimeoutError(
+        ckpt._pending.append(background.Outcome(iteration, error=TimeoutError(
             'the write of iteration {} before it had not finished after {:.0f} s'.format(
                 flight_iteration(ckpt), ckpt.write_timeout))))
         return None
     problem = ckpt._readiness_problem()
     if problem is not None:
-        ckpt._pending.append(_background.Outcome(iteration, error=problem))
+        ckpt._pending.append(background.Outcome(iteration, error=problem))
         return None
     final = ckpt.filename(iteration)
     meta = _meta(ckpt, obj, iteration)
-    meta[_complete.BACKGROUND_KEY] = 1
-    arrays = _safe_npz.to_arrays(ckpt._staging.copy(_staging.capture(obj)), meta)
+    meta[complete.BACKGROUND_KEY] = 1
+    arrays = npz.to_arrays(ckpt._staging.copy(staging.capture(obj)), meta)
     kill_point('after-copy', ckpt.comm.rank)
     rank = ckpt.comm.rank
     flight = ckpt._flight
-    flight.start(iteration, lambda: _writer.write_atomically(
-        final, lambda f: _safe_npz.write_arrays(flight.file(f), arrays), rank))
+    flight.start(iteration, lambda: writer.write_atomically(
+        final, lambda f: npz.write_arrays(flight.file(f), arrays), rank))
     ckpt._counter = iteration
     ckpt._saves_since_gc += 1
     if ckpt._saves_since_gc >= ckpt.gc_interval:
@@ -294,8 +295,8 @@ def _write_record(ckpt):
     """Record this rank's files of the complete generations (a warning when it cannot)."""
     try:
         mine = set(ckpt.local_iterations())
-        _complete.write_record(ckpt.path, ckpt.name, ckpt.comm.rank, ckpt.run_id,
-                               sorted(ckpt._committed & mine))
+        complete.write_record(ckpt.path, ckpt.name, ckpt.comm.rank, ckpt.run_id,
+                              sorted(ckpt._committed & mine))
     except OSError as e:
         warnings.warn('rank {}: could not record the complete generations of {!r} in {}: {}; '
                       'they still load while every rank\'s file of them is on disk'.format(

@@ -1,6 +1,6 @@
 """Whose a generation is: its run identity, and the optimizer whose state it holds.
 
-Every snapshot file records (as metadata, see ``_safe_npz.META_PREFIX``):
+Every snapshot file records (as metadata, see ``npz.META_PREFIX``):
 
 - ``run``: the run identity, made by rank 0 when a job first starts (every rank takes rank 0's),
   adopted from the loaded generation when a job resumes or reshards, so one training run keeps one

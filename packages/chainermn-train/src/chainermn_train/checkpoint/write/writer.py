@@ -11,8 +11,8 @@ import os
 
 from chainermn_comm import safe_files
 
-from chainermn_train.checkpoint import _background
-from chainermn_train.checkpoint._background import kill_point
+from chainermn_train.checkpoint.write import background
+from chainermn_train.checkpoint.write.background import kill_point
 
 __all__ = ['write_atomically', 'remove_file', 'remove_stale_tmp', 'TMP_SUFFIX']
 
@@ -42,9 +42,9 @@ class _KillMidWrite:
 def write_atomically(final, write, rank=None):
     """Call ``write(file)`` on a new temporary file, then rename it to ``final``; return its size.
 
-    ``rank`` (a snapshot's writer) enables the crash tests' kill points (``_background``).
+    ``rank`` (a snapshot's writer) enables the crash tests' kill points (``background``).
     """
-    if rank is not None and not _background.kill_at:
+    if rank is not None and not background.kill_at:
         rank = None
     with safe_files.atomic_write(final) as f:
         write(f if rank is None else _KillMidWrite(f, rank))
