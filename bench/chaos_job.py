@@ -12,7 +12,7 @@ Talks with the chaos driver through the directory CTL (on the host's file system
 node sees):
 - rank 0 writes ``CTL/progress.TAG`` (``iteration unix_time``) after every iteration;
 - a file ``CTL/kill_at`` holding ``POINT@RANK`` (a kill point of the checkpointer's background
-  save, ``chainermn_train.checkpoint._background.KILL_POINTS``) is taken by that rank, which then
+  save, ``chainermn_train.checkpoint.write.background.KILL_POINTS``) is taken by that rank, which then
   SIGKILLs itself when its next save reaches POINT (the checkpointer's own test hook);
 - each rank writes ``CTL/final.TAG.RANK.npz``: its parameters and optimizer state at the end.
 """
@@ -29,7 +29,7 @@ import numpy
 from chainer import training
 
 import chainermn
-from chainermn_train.checkpoint import _background   # the kill-point test hook (KILL_POINTS)
+from chainermn_train.checkpoint.write import background as _background   # the kill-point test hook (KILL_POINTS)
 
 
 class MLP(chainer.Chain):

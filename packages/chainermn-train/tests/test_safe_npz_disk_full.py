@@ -8,7 +8,7 @@ import io
 import numpy
 import pytest
 
-from chainermn_train.checkpoint import _safe_npz
+from chainermn_train.checkpoint.read import npz as _safe_npz
 
 
 class _Full(io.BytesIO):

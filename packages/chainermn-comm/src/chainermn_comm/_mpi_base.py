@@ -66,15 +66,7 @@ class MpiCommunicatorBase(ModelCollectives, ObjectCalls, CommunicatorBase):
         self._owns_mpi_comm = False
         trace.communicator_created(mpi_comm)
 
-    #: Chainer v7's configurations (``set_config``/``get_config``); every MPI communicator has both.
-    config_names = ('allreduce_grad_dtype', 'batched_copy')
-
-    def _set_config(self, name, value):
-        if name == 'allreduce_grad_dtype':
-            value = _dtypes.validate_grad_dtype(value)
-        elif name == 'batched_copy':
-            value = bool(value)
-        setattr(self, name, value)
+    config_names = ('allreduce_grad_dtype', 'batched_copy')   # Chainer v7's set_config / get_config
 
     def __repr__(self):
         return '<{} rank={} size={} intra={}/{} inter={}/{}>'.format(

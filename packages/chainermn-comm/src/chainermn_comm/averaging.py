@@ -31,8 +31,7 @@ import weakref
 import numpy
 
 from chainermn_comm import _arrays, trace
-from chainermn_comm._topology import detect_topology
-from chainermn_comm.reduce.node_shared import NodeReducer
+from chainermn_comm.reduce.off_thread import ThreadReducer, thread_reducer
 from chainermn_comm.reduce import chunked as _grad
 from chainermn_comm.reduce import tune as _tune
 
@@ -71,32 +70,6 @@ def own_mean_method(comm):
     if cls.allreduce_grad is not base.allreduce_grad:
         return comm.allreduce_grad
     return None
-
-
-class ThreadReducer:
-    """A reducer of its own on a duplicate of a communicator, for averages run off the main thread.
-
-    ``mpi_comm`` (the duplicate), ``topology`` (which of its ranks share a node) and ``reducer``
-    (a ``NodeReducer``: node-shared memory first, as the plain path, so the bits match).
-    """
-
-    def __init__(self, mpi_comm, chunk_bytes=None):
-        self.mpi_comm = mpi_comm.Dup()
-        self.topology = detect_topology(self.mpi_comm)
-        chunked = None if chunk_bytes is None else _grad.ChunkedReducer(self.mpi_comm, chunk_bytes=chunk_bytes)
-        self.reducer = NodeReducer(self.mpi_comm, self.topology, chunked)
-
-    def free(self):
-        """Release the reducer and the duplicate communicator (collective)."""
-        reducer, self.reducer = self.reducer, None
-        if reducer is not None:
-            reducer.free()
-            self.mpi_comm.Free()
-
-
-def thread_reducer(comm, chunk_bytes=None):
-    """Return a :class:`ThreadReducer` on ``comm`` (collective): the one way to average off the main thread."""
-    return ThreadReducer(comm.mpi_comm, chunk_bytes)
 
 
 class Averaging:

@@ -3,6 +3,8 @@
 import abc
 import contextlib
 
+from chainermn_comm.reduce import dtypes as _dtypes
+
 __all__ = ['CommunicatorBase']
 
 
@@ -156,6 +158,10 @@ class CommunicatorBase(abc.ABC):
         self._set_config(name, value)
 
     def _set_config(self, name, value):
+        if name == 'allreduce_grad_dtype':
+            value = _dtypes.validate_grad_dtype(value)
+        elif name == 'batched_copy':
+            value = bool(value)
         setattr(self, name, value)
 
     def get_config(self, name=None):
