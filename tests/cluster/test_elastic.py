@@ -1,6 +1,7 @@
 """Elastic jobs on the cluster of namespaces: ``python -m chainermn cluster --min-nodes`` (issue test 3)."""
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -31,15 +32,24 @@ def test_mnist_finishes_on_the_surviving_node_after_one_is_lost_for_good(make_cl
     """2 nodes x 2 ranks, node-local snapshots every 5 iterations; node1 loses its link and its processes."""
     from chainermn.launch import run_on_cluster
     cluster = make_cluster(2)
-    # Generation 10 is complete once every rank's file of it is on disk (each appears by os.replace).
-    # Waiting for node1's files alone races: node0's ranks may still be writing theirs when mpiexec ends
-    # the attempt, and the restart then rightly falls back to generation 5.
+    # Generation 10 is complete once every rank's file of it is on disk (each appears by os.replace)
+    # and node0's completion records list it.  Waiting for node1's files alone races: node0's ranks may
+    # still be writing theirs, or not have agreed yet, and the restart then rightly falls back to 5.
     snapshots = [os.path.join(cluster.nodes[rank // 2].scratch, 'ckpt', 'mnist.{}.10'.format(rank))
                  for rank in range(4)]
     lost = {}
 
+    def recorded(rank):
+        # written in the background (the default), generation 10 is complete for node0 alone once the
+        # ranks agreed on it: node0's records say so (within an iteration or two of the last write)
+        try:
+            with open(os.path.join(cluster.nodes[0].scratch, 'ckpt', '.mnist.{}.complete'.format(rank))) as f:
+                return 10 in json.load(f)['iterations']
+        except (OSError, ValueError, KeyError):
+            return False
+
     def complete():
-        return all(os.path.exists(s) for s in snapshots)
+        return all(os.path.exists(s) for s in snapshots) and recorded(0) and recorded(1)
 
     def lose_node1():
         deadline = time.monotonic() + 400

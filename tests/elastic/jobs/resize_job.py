@@ -84,6 +84,8 @@ def main(out, stop, kind):
 
     @chainer.training.make_extension(trigger=(1, 'iteration'), priority=0)
     def killer(t):
+        if kill_at and t.updater.iteration == kill_at and run == '1':
+            cp.settle()   # every rank: the background writes so far are durable and recorded complete
         if kill_at and comm.rank == kill_rank and t.updater.iteration == kill_at and run == '1':
             if os.environ.get('DOWN_MARK'):
                 open(os.environ['DOWN_MARK'], 'w').close()   # this rank's host goes away for good
