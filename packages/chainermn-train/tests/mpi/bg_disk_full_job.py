@@ -30,11 +30,10 @@ def _fill(path):
     """Write a file until the file system is full; return its name."""
     filler = os.path.join(path, 'filler')
     chunk = b'\0' * (64 << 10)
-    with open(filler, 'wb') as f:
+    with open(filler, 'wb', buffering=0) as f:   # unbuffered: nothing left to flush (and fail) at close
         try:
             while True:
                 f.write(chunk)
-                f.flush()
         except OSError as e:
             assert e.errno == errno.ENOSPC, e
     return filler
