@@ -79,26 +79,34 @@ def _main_frame():
     return found
 
 
-def _raised_at_main():
-    """Return ``(True, code)`` when the main module stopped at ``raise SystemExit(code)``, else (False, None)."""
+def _stopped_at():
+    """Return the main module's instructions and the index of the one it stopped at, or (None, None).
+
+    The index is None when ``f_lasti`` points into a call's inline cache (no instruction of its own).
+    """
     frame = _state['main']
     if frame is None:
-        return False, None
+        return None, None
     try:
         code = list(dis.get_instructions(frame.f_code))
-        at = [i for i, ins in enumerate(code) if ins.offset == frame.f_lasti]
-        if not at or code[at[0]].opname != 'RAISE_VARARGS' or code[at[0]].arg != 1:
-            return False, None
-        before = [ins for ins in code[:at[0]] if ins.opname not in ('CACHE', 'PRECALL', 'PUSH_NULL')]
-        if before and before[-1].opname in ('LOAD_NAME', 'LOAD_GLOBAL') and \
-                before[-1].argval == 'SystemExit':
-            return True, None  # raise SystemExit
-        if len(before) >= 3 and before[-1].opname in ('CALL', 'CALL_FUNCTION') and \
-                before[-1].arg == 1 and before[-2].opname in ('LOAD_CONST', 'LOAD_SMALL_INT') and \
-                before[-3].opname in ('LOAD_NAME', 'LOAD_GLOBAL') and before[-3].argval == 'SystemExit':
-            return True, before[-2].argval  # raise SystemExit(<constant>)
     except Exception:
-        pass
+        return None, None
+    at = [i for i, ins in enumerate(code) if ins.offset == frame.f_lasti]
+    return code, (at[0] if at else None)
+
+
+def _raised_at_main():
+    """Return ``(True, code)`` when the main module stopped at ``raise SystemExit(code)``, else (False, None)."""
+    code, at = _stopped_at()
+    if at is None or code[at].opname != 'RAISE_VARARGS' or code[at].arg != 1:
+        return False, None
+    before = [ins for ins in code[:at] if ins.opname not in ('CACHE', 'PRECALL', 'PUSH_NULL')]
+    if before and before[-1].opname in ('LOAD_NAME', 'LOAD_GLOBAL') and before[-1].argval == 'SystemExit':
+        return True, None  # raise SystemExit
+    if len(before) >= 3 and before[-1].opname in ('CALL', 'CALL_FUNCTION') and \
+            before[-1].arg == 1 and before[-2].opname in ('LOAD_CONST', 'LOAD_SMALL_INT') and \
+            before[-3].opname in ('LOAD_NAME', 'LOAD_GLOBAL') and before[-3].argval == 'SystemExit':
+        return True, before[-2].argval  # raise SystemExit(<constant>)
     return False, None
 
 
@@ -127,14 +135,10 @@ def _watch_unwind(main):
 
 def _ended_mid_statement():
     """Return whether the main module stopped before its end (a call it made raised), on Python < 3.12."""
-    frame = _state['main']
-    if frame is None or getattr(sys, 'monitoring', None) is not None:
+    if getattr(sys, 'monitoring', None) is not None:
         return False
-    try:   # f_lasti may point into a call's inline cache, which is no instruction of its own
-        return not any(ins.offset == frame.f_lasti and ins.opname in ('RETURN_VALUE', 'RETURN_CONST')
-                       for ins in dis.get_instructions(frame.f_code))
-    except Exception:
-        return False
+    code, at = _stopped_at()
+    return code is not None and (at is None or code[at].opname not in ('RETURN_VALUE', 'RETURN_CONST'))
 
 
 def install(abort=None):

@@ -23,8 +23,8 @@ class ThreadReducer:
     def __init__(self, mpi_comm, chunk_bytes=None):
         self.mpi_comm = mpi_comm.Dup()
         self.topology = detect_topology(self.mpi_comm)
-        chunked = None if chunk_bytes is None else _grad.ChunkedReducer(self.mpi_comm, chunk_bytes=chunk_bytes)
-        self.reducer = NodeReducer(self.mpi_comm, self.topology, chunked)
+        self.reducer = NodeReducer(self.mpi_comm, self.topology,
+                                   _grad.ChunkedReducer(self.mpi_comm, chunk_bytes=chunk_bytes))
 
     def free(self):
         """Release the reducer and the duplicate communicator (collective)."""
