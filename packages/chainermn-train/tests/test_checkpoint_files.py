@@ -346,21 +346,6 @@ def test_members_of_unknown_size_are_bounded_only_when_inflated(tmp_path, monkey
         npz.read(forged)
 
 
-def test_arrays_are_written_as_numpy_savez_writes_them():
-    # Large contiguous arrays go to the file from their own memory, in pieces; the bytes are savez's.
-    import io
-    from unittest import mock
-    arrays = {'big': numpy.arange(5 << 20, dtype=numpy.int64).reshape(5, -1),   # 40 MiB: 3 pieces
-              'strided': numpy.ones((2000, 300))[:, ::2], 'small': numpy.arange(7, dtype=numpy.float16),
-              'scalar': numpy.float64(0.1), 'text': numpy.array('log'), 'empty': numpy.zeros((0, 3)),
-              'flags': numpy.ones(3 << 20, numpy.bool_)}
-    want, got = io.BytesIO(), io.BytesIO()
-    with mock.patch.object(zipfile.time, 'time', lambda: 1e9):   # the same date in both
-        numpy.savez(want, **arrays)
-        npz.write_arrays(got, arrays)
-    assert got.getvalue() == want.getvalue()
-
-
 def test_the_writer_thread_yields_to_training_until_training_waits_for_it():
     import threading
     from chainermn_train.checkpoint.write import background

@@ -24,15 +24,6 @@ class _Full(io.BytesIO):
         return super().write(data)
 
 
-def test_the_bytes_are_numpy_savez_bytes():
-    arrays = {'a': numpy.arange(10, dtype=numpy.float32), 'b/c': numpy.ones((3, 4)),
-              '_meta_iteration': numpy.array(7)}
-    ours, theirs = io.BytesIO(), io.BytesIO()
-    _safe_npz.write_arrays(ours, arrays)
-    numpy.savez(theirs, **arrays)
-    assert ours.getvalue() == theirs.getvalue()
-
-
 @pytest.mark.parametrize('room', [0, 100, 300, 5000])
 def test_a_full_disk_raises_and_nothing_is_left_to_the_collector(room):
     f = _Full(room)

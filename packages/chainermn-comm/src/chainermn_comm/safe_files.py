@@ -27,6 +27,7 @@ import errno
 import grp
 import os
 import pwd
+import secrets
 import stat
 import tempfile
 
@@ -36,7 +37,7 @@ from chainermn_comm.protocol import TRUST_SHARED_ENV
 __all__ = ['UntrustedPathError', 'TRUST_SHARED_ENV', 'atomic_write', 'write_bytes', 'write_text',
            'open_lock', 'open_new', 'fsync_dir', 'current_umask', 'check_directory', 'check_file',
            'open_trusted', 'shared_allowed', 'describe_owner', 'make_directory', 'remove_own',
-           'is_own_file']
+           'is_own_file', 'set_aside']
 
 _FIX = ('Use a directory that only you can write (for example `mkdir -m 700 DIR`), or, if you '
         'really share it with people you trust, set {}=1.'.format(TRUST_SHARED_ENV))
@@ -81,22 +82,49 @@ def fsync_dir(path):
         os.close(fd)
 
 
+def _reusable(path, directory):
+    """Return ``path`` opened to be written over, or None unless it may be (see :func:`atomic_write`)."""
+    if path is None or os.path.dirname(os.path.abspath(path)) != directory:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1
+            or st.st_mode & 0o022):
+        os.close(fd)
+        return None
+    return fd
+
+
 @contextlib.contextmanager
-def atomic_write(path, mode=0o644, text=False):
+def atomic_write(path, mode=0o644, text=False, raw=False, reuse=None):
     """Yield a new file that replaces ``path`` atomically when the block ends without an error.
 
     The file is made exclusively (no-follow, unpredictable name) in ``path``'s directory, written,
     ``fsync``-ed and renamed into place; its mode is ``mode & ~umask``. On an error it is removed
-    and ``path`` is left as it was.
+    and ``path`` is left as it was.  ``raw``: the file is unbuffered (each ``write`` is one system
+    call, which may write less than it is given; for writers that align their writes).
+    ``reuse``: a file this process set aside under an unpredictable name in the same directory
+    (``set_aside``), written over from its start and cut where the block leaves it instead of a
+    new one being made (its disk blocks are neither freed nor allocated again); it is used only
+    while it is still a regular file of this user with one link that no one else may write.
     """
     directory, base = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix='.{}.'.format(base), suffix='.tmp', dir=directory)
+    fd = _reusable(reuse, directory)
+    tmp = reuse
+    if fd is None:
+        fd, tmp = tempfile.mkstemp(prefix='.{}.'.format(base), suffix='.tmp', dir=directory)
+        reuse = None
     try:
         os.fchmod(fd, mode & ~current_umask() & 0o777)
-        with os.fdopen(fd, 'w' if text else 'wb') as f:
+        with os.fdopen(fd, 'w' if text else 'wb', buffering=0 if raw and not text else -1) as f:
             fd = None
             yield f
             f.flush()
+            if reuse is not None:
+                f.truncate()   # what is left of the file it was is cut off
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -106,6 +134,23 @@ def atomic_write(path, mode=0o644, text=False):
             os.unlink(tmp)
         raise
     fsync_dir(directory)
+
+
+def set_aside(path, prefix):
+    """Rename this user's regular file ``path`` to a new unpredictable ``<prefix>...tmp`` name beside it.
+
+    Return the new path, or None when ``path`` is not such a file (then nothing was renamed).  The
+    file is then no longer under a name anyone reads; ``atomic_write(..., reuse=)`` writes over it.
+    """
+    if not is_own_file(path):
+        return None
+    directory = os.path.dirname(os.path.abspath(path))
+    new = os.path.join(directory, '{}{}.tmp'.format(prefix, secrets.token_hex(8)))
+    try:
+        os.rename(path, new)
+    except OSError:
+        return None
+    return new
 
 
 def write_bytes(path, data, mode=0o644):

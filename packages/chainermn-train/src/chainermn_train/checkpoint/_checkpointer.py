@@ -303,8 +303,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def _drain(self, timeout=None):
         return saving.drain(self, timeout)
 
-    def collect(self):
-        """Remove this rank's snapshots older than the newest ``cp_interval`` ones.
+    def collect(self, remove=None):
+        """Remove this rank's snapshots older than the newest ``cp_interval`` ones (or ``remove(file)``).
 
         Only files of this run (or written before runs were recorded) that this user owns are
         removed.  Files written by a job of another world size (and, on rank 0, files of ranks that
@@ -321,7 +321,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         floor = saving.complete_floor(self, files, meta_of) if self.background else None
         for r, it in generations.files_to_collect(files, self.comm.rank, self.comm.size,
                                                   self.cp_interval, meta_of, self.run_id, floor):
-            self._remove(self.filename(it, r))
+            (remove or self._remove)(self.filename(it, r))
 
     def _remove(self, fn):
         if writer.remove_file(fn):

@@ -22,6 +22,8 @@ import chainer
 import numpy
 from numpy.lib import format as npy_format
 
+from chainermn_train.checkpoint.read import stored_zip
+
 __all__ = ['FORMAT_KEY', 'NONE_KEY', 'META_PREFIX', 'FORMAT_VERSION', 'PickleRequired',
            'MemberTooLarge', 'to_arrays', 'write', 'write_arrays', 'read', 'read_meta', 'split_meta', 'declared_bytes',
            'member_limit', 'SMALL_MEMBER_BYTES', 'UNKNOWN_MEMBER_BYTES']
@@ -78,6 +80,10 @@ class PickleRequired(ValueError):
                          'snapshots, or tampered with); unpickling can run any code'.format(path, shown))
 
 
+def _is_cupy(value):
+    return type(value).__module__.split('.')[0] == 'cupy'
+
+
 def _is_none(arr):
     return arr.dtype.hasobject and arr.shape == () and arr[()] is None
 
@@ -85,7 +91,8 @@ def _is_none(arr):
 def to_arrays(obj, meta=None):
     """Serialize ``obj`` (or take a ready dict of values) into a dict of arrays with no object array.
 
-    ``meta`` (a dict of numbers) is stored under :data:`META_PREFIX`.
+    ``meta`` (a dict of numbers) is stored under :data:`META_PREFIX`.  CuPy arrays in a dict are
+    kept as they are (a background save copies them into its staging buffer).
     """
     if isinstance(obj, dict):
         target = obj
@@ -99,7 +106,7 @@ def to_arrays(obj, meta=None):
         if key in _RESERVED or key.startswith(META_PREFIX):
             raise ValueError('cannot save a snapshot with the reserved key {!r}; rename that '
                              'attribute'.format(key))
-        arr = numpy.asanyarray(value)
+        arr = value if _is_cupy(value) else numpy.asanyarray(value)   # CuPy: staged as it is
         if _is_none(arr):
             nones.append(key)
             continue
@@ -125,29 +132,13 @@ def write(f, obj, meta=None):
     write_arrays(f, to_arrays(obj, meta))
 
 
-#: Arrays at least this large go to the file straight from their memory, in pieces of this size.
-_DIRECT_BYTES = 1 << 20
-
-
 def write_arrays(f, arrays):
-    """Write what :func:`to_arrays` returned to the binary file object ``f`` (uncompressed npz).
+    """Write what :func:`to_arrays` returned to the binary file object ``f`` (an npz); return its size.
 
-    The bytes are ``numpy.savez``'s; a large C-contiguous array is written from its own memory
-    (no copy of each piece, as ``savez`` makes, while holding the GIL).  The zip is closed also when
-    a write fails (a full disk): ``savez`` leaves that to the garbage collector, whose close after
-    the file's prints a traceback.
+    The layout is ``stored_zip``'s: uncompressed ``.npy`` members, each array written from its own
+    memory (no copy of it while holding the GIL).
     """
-    with zipfile.ZipFile(f, mode='w', compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for key, val in arrays.items():
-            val = numpy.asanyarray(val)
-            with zf.open(key + '.npy', 'w', force_zip64=True) as fid:
-                if val.nbytes < _DIRECT_BYTES or not val.flags.c_contiguous or val.dtype.hasobject:
-                    npy_format.write_array(fid, val, allow_pickle=False)
-                    continue
-                npy_format.write_array_header_1_0(fid, npy_format.header_data_from_array_1_0(val))
-                data = memoryview(val.reshape(-1).view(numpy.uint8))
-                for start in range(0, len(data), _DIRECT_BYTES * 16):
-                    fid.write(data[start:start + _DIRECT_BYTES * 16])
+    return stored_zip.write(f, arrays)
 
 
 def split_meta(values):

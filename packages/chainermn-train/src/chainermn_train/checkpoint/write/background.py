@@ -1,7 +1,11 @@
 """The one snapshot write in flight: a background thread writes it, the checkpointer waits for it.
 
-The thread runs at a lower CPU priority than training (:data:`WRITER_NICENESS`) and, where the
-system allows it, gets its priority back once training waits for it (:class:`_Hurried`).
+The thread runs at a lower CPU priority than training (:data:`WRITER_NICENESS`) and spreads a
+staged write over part of the time until the next save is expected (:data:`SPREAD`: the disk
+reads the pages from memory while training reads and writes its own, and both share the
+machine's memory bandwidth, so a write at full speed slows the iterations it overlaps).  Once
+training waits for the write (the next save, a load, the end), it goes at full speed and, where the
+system allows it, gets its priority back (:class:`_Paced`).
 
 :class:`InFlight` runs one write at a time on a daemon thread and keeps its outcome (the
 iteration, the bytes written or the error) until the checkpointer collects it with :meth:`wait`,
@@ -21,7 +25,7 @@ import time
 import weakref
 
 __all__ = ['InFlight', 'Outcome', 'KILL_POINTS', 'kill_at', 'kill_point', 'EXIT_WAIT_SECONDS',
-           'WRITER_NICENESS', 'join_others']
+           'WRITER_NICENESS', 'SPREAD', 'MAX_SPREAD_SECONDS', 'join_others']
 
 #: Test hook (the crash tests set it): ``'POINT'`` or ``'POINT@RANK'`` kills this process
 #: (SIGKILL) when a save reaches that point; None (always, outside those tests): never.
@@ -71,6 +75,12 @@ class Outcome:
 
 #: Niceness the writer thread adds to its own (Linux: per thread), so training keeps the CPUs.
 WRITER_NICENESS = 10
+#: A staged write is spread over this part of the time between the two saves before it (the
+#: time since the checkpointer was made, for its first save): the next save should find it done.
+SPREAD = 0.5
+#: The longest a write is spread over (a snapshot is durable this long after its save, at most,
+#: when the disk is fast enough).
+MAX_SPREAD_SECONDS = 10.0
 
 _LIVE = weakref.WeakSet()
 
@@ -78,7 +88,7 @@ _LIVE = weakref.WeakSet()
 def _lower_priority():
     """Lower the calling thread's CPU priority (where the system lets a thread do so).
 
-    Return ``(thread id, niceness before)`` (for :class:`_Hurried`), or None.
+    Return ``(thread id, niceness before)`` (for :class:`_Paced`), or None.
     """
     try:
         tid = threading.get_native_id()
@@ -89,10 +99,12 @@ def _lower_priority():
         return None
 
 
-class _Hurried:
-    """The writer's file: once training waits for the write, its next write gives the thread back
-    its niceness (the rank does nothing else then; raising a priority needs privileges an ordinary
-    user may lack, and then the write goes on as it was)."""
+class _Paced:
+    """The writer's file: its writes keep to the flight's pace until training waits for the write.
+
+    Then the thread also gets its niceness back (the rank does nothing else then; raising a priority
+    needs privileges an ordinary user may lack, and then the write goes on as it was).
+    """
 
     def __init__(self, f, flight):
         self._f = f
@@ -100,13 +112,16 @@ class _Hurried:
 
     def write(self, data):
         flight = self._flight
+        flight._keep_pace()
         if flight._hurry and flight._lowered is not None:
             lowered, flight._lowered = flight._lowered, None
             try:
                 os.setpriority(os.PRIO_PROCESS, *lowered)   # this thread's own id
             except OSError:
                 pass
-        return self._f.write(data)
+        n = self._f.write(data)
+        flight._written += len(data) if n is None else n
+        return n
 
     def __getattr__(self, name):
         return getattr(self._f, name)
@@ -138,6 +153,12 @@ class InFlight:
         self._started = None
         self._lowered = None   # (thread id, niceness before) of the writer thread
         self._hurry = False    # training waits for the write in flight
+        self._hurried = threading.Event()   # the same, for a paced write to stop waiting
+        self._made = time.monotonic()
+        self._pace = None      # (bytes, seconds): the write in flight is spread so
+        self._written = 0
+        #: An old generation's file set aside for the next write to write over (or None).
+        self.spare = None
         _LIVE.add(self)
 
     @property
@@ -150,14 +171,23 @@ class InFlight:
         """Whether the write's thread is still running."""
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, iteration, write):
-        """Run ``write()`` (returns the bytes written) on a new thread; one write at a time."""
+    def start(self, iteration, write, nbytes=None):
+        """Run ``write()`` (returns the bytes written) on a new thread; one write at a time.
+
+        ``nbytes``: the bytes the write will write through :meth:`file`, which spreads them (see
+        :data:`SPREAD`); None: at full speed.
+        """
         if self._thread is not None:
             raise RuntimeError('a snapshot write is already in flight; wait for it first')
+        now = time.monotonic()
+        since = now - (self._made if self._started is None else self._started)
+        self._pace = (nbytes, min(SPREAD * since, MAX_SPREAD_SECONDS)) if nbytes else None
+        self._written = 0
         self._iteration = iteration
         self._outcome = None
-        self._started = time.monotonic()
+        self._started = now
         self._lowered, self._hurry = None, False
+        self._hurried.clear()
 
         def run():
             self._lowered = _lower_priority()
@@ -173,14 +203,27 @@ class InFlight:
         self._thread.start()
 
     def file(self, f):
-        """Return ``f`` as the write's file: it hurries once training waits (see :class:`_Hurried`)."""
-        return _Hurried(f, self)
+        """Return ``f`` as the write's file: paced, until training waits (see :class:`_Paced`)."""
+        return _Paced(f, self)
+
+    def _keep_pace(self):
+        """Wait until the write in flight is due to write its next byte (or training waits)."""
+        if self._pace is None or self._hurry:
+            return
+        nbytes, seconds = self._pace
+        delay = self._started + seconds * min(1.0, self._written / nbytes) - time.monotonic()
+        if delay > 0:
+            self._hurried.wait(delay)
+
+    def _hurry_up(self):
+        self._hurry = True
+        self._hurried.set()
 
     def join(self, timeout):
         """Wait (bounded) for the write in flight to end; its outcome stays for :meth:`wait`."""
         thread = self._thread
         if thread is not None:
-            self._hurry = True
+            self._hurry_up()
             thread.join(timeout)
 
     def wait(self, timeout):
@@ -192,7 +235,7 @@ class InFlight:
         thread = self._thread
         if thread is None:
             return None
-        self._hurry = True
+        self._hurry_up()
         thread.join(timeout)
         if thread.is_alive():
             return Outcome(self._iteration, seconds=time.monotonic() - self._started, finished=False)

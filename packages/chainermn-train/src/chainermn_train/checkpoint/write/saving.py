@@ -1,7 +1,7 @@
 """How a snapshot is saved: written before ``save`` returns, or copied and written in the background.
 
 A background save (``save_background``) waits for the write in flight (``drain``, bounded), copies
-what the snapshot holds into the staging buffers (``staging``) and starts its write
+what the snapshot holds into the staging buffer, laid out as its file (``staging``), and starts its write
 (``background``); training goes on.  What became of each save stays with the rank until the ranks
 agree (``settle``, a collective every rank calls at the same point): the generations every rank
 finished are recorded complete (``complete``), and a save that failed on any rank is reported
@@ -80,7 +80,7 @@ def save_sync(ckpt, obj, iteration):
 
 
 def save_background(ckpt, obj, iteration):
-    """Copy the snapshot into the staging buffers and start its write; return the file name.
+    """Copy the snapshot into the staging buffer and start its write; return the file name.
 
     A save that cannot be made (the write before it never finished, the directory cannot be
     written) returns None; it is reported at the next agreement (or at the end) and counted.
@@ -100,23 +100,51 @@ def save_background(ckpt, obj, iteration):
     final = ckpt.filename(iteration)
     meta = _meta(ckpt, obj, iteration)
     meta[complete.BACKGROUND_KEY] = 1
-    arrays = npz.to_arrays(ckpt._staging.copy(staging.capture(obj)), meta)
+    image = ckpt._staging.stage(staging.capture(obj), meta)
     kill_point('after-copy', ckpt.comm.rank)
     rank = ckpt.comm.rank
     flight = ckpt._flight
-    flight.start(iteration, lambda: writer.write_atomically(
-        final, lambda f: npz.write_arrays(flight.file(f), arrays), rank))
     ckpt._counter = iteration
     ckpt._saves_since_gc += 1
-    if ckpt._saves_since_gc >= ckpt.gc_interval:
+    collect = ckpt._saves_since_gc >= ckpt.gc_interval
+    if collect:
         ckpt._saves_since_gc = 0
-        try:
-            ckpt.collect()
-        except OSError as e:   # the directory went away since the check: the next save says so
-            warnings.warn('rank {}: could not remove old snapshots of {!r} in {}: {}'.format(
-                ckpt.comm.rank, ckpt.name, ckpt.path, e), CheckpointWarning, stacklevel=4)
+
+    spare, flight.spare = flight.spare, None
+
+    def write():
+        size = writer.write_atomically(
+            final, lambda f: image.write_to(flight.file(f), writer.write_aligned), rank, raw=True,
+            reuse=spare)
+        if collect:   # here, off the training thread: reading old files' metadata, unlinking
+            _collect_after_write(ckpt)
+        return size
+
+    flight.start(iteration, write, image.size)
     ckpt._stats['save_seconds'] += time.monotonic() - start
     return final
+
+
+def _collect_after_write(ckpt):
+    """Remove the old generations (on the writer thread, once the new file is durable).
+
+    One file of them is set aside for the next write to write over (``writer.set_aside``).
+    """
+    flight = ckpt._flight
+
+    def remove(fn):
+        if flight.spare is None:
+            flight.spare = writer.set_aside(fn, ckpt._tmp_prefix())
+            if flight.spare is not None:
+                ckpt._stats['files_removed'] += 1
+                return
+        ckpt._remove(fn)
+
+    try:
+        ckpt.collect(remove)
+    except OSError as e:   # the directory went away since the check: the next save says so
+        warnings.warn('rank {}: could not remove old snapshots of {!r} in {}: {}'.format(
+            ckpt.comm.rank, ckpt.name, ckpt.path, e), CheckpointWarning, stacklevel=2)
 
 
 def flight_iteration(ckpt):
@@ -334,6 +362,9 @@ def completed(ckpt):
 def finish(ckpt):
     """At the end (not a collective): wait for the write in flight and report what never was agreed."""
     drain(ckpt)
+    spare, ckpt._flight.spare = ckpt._flight.spare, None
+    if spare is not None:
+        writer.remove_file(spare)
     report_alone(ckpt, ckpt._pending)
     ckpt._pending = []
     failed = ckpt._stats['failed_saves'] - ckpt._stats.get('failed_alone', 0)

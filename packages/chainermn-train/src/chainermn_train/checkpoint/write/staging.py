@@ -1,18 +1,31 @@
-"""A consistent host copy of what a snapshot holds, in buffers reused from one save to the next.
+"""A consistent host copy of what a snapshot holds: the whole file, laid out in one aligned buffer.
 
 A background save must not write arrays that training goes on changing, so at the save every
-array the object serializes is copied, on the calling thread, into a host buffer kept for its key
-(made again only when its shape or dtype changes).  Arrays on a GPU (CuPy, imported only when one
-is met) are copied into page-locked (pinned) host buffers, which the device copies to fastest.
-Everything else (Python numbers, strings, ``None``) becomes a new array, as Chainer's serializer
-makes it.  The next save may reuse the buffers only once the write that reads them has finished:
-the checkpointer waits for it first.
+array the object serializes is copied, on the calling thread, into its place in one host buffer
+that holds the snapshot file as it will be on disk (``read.stored_zip``: headers, each array's
+bytes at a 64-byte boundary, the directory after them).  The buffer is page-aligned and kept from
+one save to the next (made again only when a snapshot outgrows it), so the writer thread only
+fills in the checksums and hands the pages to the file system, which may then read them straight
+from memory (``writer.write_aligned``: no copy into the page cache).  With arrays on a GPU (CuPy,
+imported only when one is met) the buffer is page-locked (pinned) host memory, which the device
+copies to fastest.  Everything else (Python numbers, strings, ``None``) becomes a new array, as
+Chainer's serializer makes it.  The next save may reuse the buffer only once the write that reads
+it has finished: the checkpointer waits for it first.
 """
+
+import mmap
 
 import chainer
 import numpy
 
-__all__ = ['Staging', 'capture']
+from chainermn_train.checkpoint.read import npz, stored_zip
+
+__all__ = ['Staging', 'Image', 'capture', 'PAGE']
+
+#: The alignment of the staging buffer and of each write of it (the direct I/O block).
+PAGE = 4096
+#: Bytes copied and summed at a time (fits a CPU's cache).
+_PIECE = 1 << 20
 
 
 class _Capture(chainer.serializer.Serializer):
@@ -43,54 +56,117 @@ def _is_cupy(value):
     return type(value).__module__.split('.')[0] == 'cupy'
 
 
+def _on_host(value):
+    """Return ``value`` as :func:`npz.to_arrays` takes it: NumPy and CuPy arrays as they are."""
+    if value is None or _is_cupy(value) or (isinstance(value, numpy.ndarray)
+                                            and not value.dtype.hasobject):
+        return value
+    if isinstance(value, chainer.get_array_types()):   # chainerx, another device
+        return numpy.array(chainer.backend.CpuDevice().send(value), copy=True)
+    return numpy.array(value)   # numbers, strings: a new array already
+
+
+class Image:
+    """A snapshot file laid out in a staging buffer; :meth:`write_to` writes it (once per save)."""
+
+    def __init__(self, layout, buffer, crcs):
+        self.layout = layout
+        self.buffer = buffer   # a page-aligned uint8 array, at least the size rounded up to PAGE
+        self.crcs = crcs       # each member's CRC-32, or None where the writer sums it
+
+    @property
+    def size(self):
+        """Return the file's size in bytes."""
+        return self.layout.size
+
+    def seal(self):
+        """Fill in each member's local header with its CRC-32, and the directory; return the view."""
+        layout, buf = self.layout, self.buffer
+        crcs = []
+        for m, crc in zip(layout.members, self.crcs):
+            if crc is None:
+                crc = layout.crc(m, buf[m.start:m.end])
+            head = layout.local_header(m, crc)
+            buf[m.offset:m.offset + m.local] = numpy.frombuffer(head, numpy.uint8)
+            crcs.append(crc)
+        tail = layout.directory(crcs)
+        buf[layout.directory_offset:layout.size] = numpy.frombuffer(tail, numpy.uint8)
+        return memoryview(buf)
+
+    def write_to(self, f, write_aligned):
+        """Seal the file and write it to the new file ``f`` with ``write_aligned``; return its size."""
+        return write_aligned(f, self.seal(), self.size)
+
+
+def _copy_summed(buf, m, arr):
+    """Copy NumPy ``arr`` into member ``m``'s place in ``buf``; return the member's CRC-32.
+
+    A piece at a time, each summed right after its copy, while it is still in the CPU's cache:
+    the writer thread then reads the buffer once only, to the disk.
+    """
+    crc = stored_zip.crc32(m.header)
+    if not m.nbytes:
+        return crc
+    src = arr.T if m.fortran else arr
+    dst = buf[m.start:m.end]
+    if src.flags.c_contiguous:
+        src = src.reshape(-1).view(numpy.uint8)
+        for at in range(0, m.nbytes, _PIECE):
+            dst[at:at + _PIECE] = src[at:at + _PIECE]
+            crc = stored_zip.crc32(dst[at:at + _PIECE], crc)
+        return crc
+    view = numpy.ndarray(m.shape, m.dtype, buf.data, m.start, order='F' if m.fortran else 'C')
+    numpy.copyto(view, arr, casting='no')
+    return stored_zip.crc32(dst, crc)
+
+
 class Staging:
-    """Host buffers, one per key, that :meth:`copy` fills with a snapshot's arrays."""
+    """One reused, page-aligned host buffer that :meth:`stage` fills with a snapshot file."""
 
     def __init__(self):
-        self._buffers = {}
-        self._pinned = {}   # key -> the pinned memory block its buffer views (kept alive)
+        self._buffer = None   # uint8 array, page-aligned
+        self._keep = None     # what owns its memory (an mmap, or CuPy's pinned block)
+        self._pinned = False
 
     @property
     def nbytes(self):
-        """Return the bytes the staging buffers hold."""
-        return sum(b.nbytes for b in self._buffers.values())
+        """Return the bytes the staging buffer holds."""
+        return 0 if self._buffer is None else self._buffer.nbytes
 
-    def _buffer(self, key, shape, dtype, pinned):
-        buf = self._buffers.get(key)
-        if (buf is not None and buf.shape == shape and buf.dtype == dtype
-                and (key in self._pinned) == pinned):
-            return buf
+    def _room(self, size, pinned):
+        want = -(-max(size, 1) // PAGE) * PAGE
+        if self._buffer is not None and self._buffer.nbytes >= want and self._pinned == pinned:
+            return self._buffer
+        self._buffer = self._keep = None   # the old buffer goes before the new one is made
         if pinned:
             import cupy   # only a GPU array leads here
-            count = int(numpy.prod(shape, dtype=numpy.int64))
-            mem = cupy.cuda.alloc_pinned_memory(max(count * dtype.itemsize, 1))
-            buf = numpy.frombuffer(mem, dtype, count).reshape(shape)
-            self._pinned[key] = mem
+            mem = cupy.cuda.alloc_pinned_memory(want + PAGE)
+            raw = numpy.frombuffer(mem, numpy.uint8, want + PAGE)
+            skip = -raw.ctypes.data % PAGE
+            self._buffer, self._keep = raw[skip:skip + want], mem
         else:
-            buf = numpy.empty(shape, dtype)
-            self._pinned.pop(key, None)
-        self._buffers[key] = buf
-        return buf
+            mem = mmap.mmap(-1, want)
+            if hasattr(mmap, 'MADV_HUGEPAGE'):   # fewer pages to fault in and to pin
+                mem.madvise(mmap.MADV_HUGEPAGE)
+            self._buffer, self._keep = numpy.frombuffer(mem, numpy.uint8), mem
+        self._pinned = pinned
+        return self._buffer
 
-    def copy(self, values):
-        """Return ``{key: array}``: every array of ``values`` copied into this staging's buffers."""
-        out = {}
-        for key, value in values.items():
-            if isinstance(value, numpy.ndarray) and not value.dtype.hasobject:
-                buf = self._buffer(key, value.shape, value.dtype, False)
-                numpy.copyto(buf, value)
-                out[key] = buf
-            elif _is_cupy(value):
-                buf = self._buffer(key, tuple(value.shape), numpy.dtype(value.dtype), True)
-                value.get(out=buf)   # synchronous: the copy is whole when this returns
-                out[key] = buf
-            elif value is None:
-                out[key] = None
-            elif isinstance(value, chainer.get_array_types()):   # chainerx, another device
-                out[key] = numpy.array(chainer.backend.CpuDevice().send(value), copy=True)
+    def stage(self, values, meta=None):
+        """Return an :class:`Image` of the snapshot of ``values`` (:func:`capture`'s) and ``meta``.
+
+        Every array is copied into the staging buffer before this returns.
+        """
+        arrays = npz.to_arrays({key: _on_host(value) for key, value in values.items()}, meta)
+        layout = stored_zip.Layout(arrays)
+        buf = self._room(layout.size, any(_is_cupy(a) for a in arrays.values()))
+        crcs = []
+        for m, arr in zip(layout.members, arrays.values()):
+            buf[m.start - len(m.header):m.start] = numpy.frombuffer(m.header, numpy.uint8)
+            if _is_cupy(arr):
+                if m.nbytes:
+                    arr.get(out=numpy.ndarray(m.shape, m.dtype, buf.data, m.start))   # synchronous
+                crcs.append(None)   # summed by the writer thread
             else:
-                out[key] = numpy.array(value)   # numbers, strings: a new array already
-        for key in set(self._buffers) - set(out):   # keys gone since the last save
-            del self._buffers[key]
-            self._pinned.pop(key, None)
-        return out
+                crcs.append(_copy_summed(buf, m, arr))
+        return Image(layout, buf, crcs)
