@@ -1,20 +1,22 @@
 """How long a checkpoint stops training: synchronous writes against background writes.
 
 Usage: python bench/checkpoint_stall.py [--ranks 2] [--size full|tiny] [--iters 16] [--every 4]
-       [--dir DIR] [--niceness N]
+       [--rounds 1] [--dir DIR] [--niceness N]
 
 Each rank holds ResNet-50's parameters (bench/models.py) with Adam's state (m, v: 307 MB per
 rank at full size) and runs Adam updates as its iterations (the ranks meet at a small
 all-reduce after each, as data-parallel training does at its gradient all-reduce); every
 ``--every`` iterations it saves through the multi-node checkpointer the way the extension does
 (``settle()``, then ``save``; in the background, ``poll()`` every iteration until the ranks agreed
-on the write), first with ``background=False``, then with the default ``background=True``.
-Prints, per mode,
+on the write), first with ``background=False``, then with the default ``background=True`` (``--rounds`` such
+pairs, one after the other, so that both modes meet the machine's drifts alike).  Prints, per mode,
 the stall per save (the time the save call keeps the rank) and the part of it spent waiting
 for the previous write (a write that had not finished by the next save: the machine had no
 CPU to spare for it), the iterations while a background write runs against the others, and
 the ratios, and how many iterations after its save each background write was agreed on and
-what a poll costs.  Keep it short on a shared machine.
+what a poll costs; and what background saves cost training in all: the mean iteration (saves
+included) against the synchronous mode's iterations that neither save nor follow a save.
+Keep it short on a shared machine.
 """
 
 import argparse
@@ -61,13 +63,14 @@ def _worker(args):
     state = _State(link, opt)
     step = numpy.zeros(1, numpy.float32)
     results = {}
-    for background in (False, True):
+    for background in (False, True) * args.rounds:
         path = tempfile.mkdtemp(prefix='ckpt-stall-', dir=args.dir) if comm.rank == 0 else None
         path = comm.bcast_obj(path)
         cp = create_multi_node_checkpointer('stall', comm, path=path, background=background,
                                             cp_interval=2, gc_interval=1)
-        stalls, waits, during, others, lags = [], [], [], [], []
+        stalls, waits, during, others, lags, every = [], [], [], [], [], []
         saved = None   # the iteration of the save not agreed on yet
+        begun = time.perf_counter()
         for it in range(1, args.iters + 1):
             busy = cp._flight.running
             start = time.perf_counter()
@@ -88,6 +91,9 @@ def _worker(args):
                 stalls.append(time.perf_counter() - start)
                 waits.append(cp.get_stats()['wait_seconds'] - waited)
                 saved = it if background else None
+            elif it % args.every != 1 and it > args.every:   # the steady iterations of the mode
+                every.append(took)
+        elapsed = time.perf_counter() - begun
         cp.settle()
         polls = cp.get_stats()['polls']
         poll_s = cp.get_stats()['poll_seconds'] / polls if polls else 0.0
@@ -102,10 +108,18 @@ def _worker(args):
         comm.allreduce_obj(0)
         if comm.rank == 0:
             shutil.rmtree(path, ignore_errors=True)
-        results['background' if background else 'sync'] = {
-            'stalls': stalls, 'waits': waits, 'during': during, 'others': others,
-            'lags': lags, 'polls': polls, 'poll_s': poll_s, 'poll_idle_s': idle,
-            'bytes': cp.get_stats()['bytes_saved'] // max(1, cp.get_stats()['saves'])}
+        got = results.setdefault('background' if background else 'sync', {
+            'stalls': [], 'waits': [], 'during': [], 'others': [], 'lags': [], 'every': [],
+            'polls': 0, 'poll_s': [], 'poll_idle_s': [], 'elapsed': 0.0, 'iters': 0})
+        for key, value in (('stalls', stalls), ('waits', waits), ('during', during),
+                           ('others', others), ('lags', lags), ('every', every),
+                           ('poll_idle_s', idle)):
+            got[key] += value
+        got['polls'] += polls
+        got['poll_s'].append(poll_s)
+        got['elapsed'] += elapsed
+        got['iters'] += args.iters
+        got['bytes'] = cp.get_stats()['bytes_saved'] // max(1, cp.get_stats()['saves'])
     views = comm.gather_obj(results)
     if comm.rank == 0:
         print('RESULT ' + json.dumps(views), flush=True)
@@ -136,12 +150,19 @@ def _report(views, args):
     print('stall per save, background / sync: {:.3f} ({:.3f} s / {:.3f} s; target <= 0.15); '
           'iterations during a background write / others: {:.2f} (target <= 1.10)'.format(
               bg / sync, bg, sync, med([x for m, _, x in rows if m == 'background'])))
+    steady = med([x for v in views for x in v['sync']['every']])
+    mean_bg = med([v['background']['elapsed'] / v['background']['iters'] for v in views])
+    print('all in: an iteration with background saves takes {:.3f} s on average (saves included), '
+          '{:.2f}x a synchronous-mode iteration that neither saves nor follows a save ({:.3f} s); '
+          'the most a background save stopped a rank: {:.3f} s (the first: its staging buffer is '
+          'new)'.format(mean_bg, mean_bg / steady, steady,
+                        max(x for v in views for x in v['background']['stalls'])))
     lags = [x for view in views for x in view['background']['lags']]
     print('agreement on a background write: {} iteration(s) after its save (median; max {}); a poll '
           '(one all-reduce of two integers) every iteration while it runs: {:.1f} us on average '
           '({} polls; waiting for the other rank included), {:.1f} us alone (median of 50 with the '
           'ranks in step)'.format(med(lags), max(lags) if lags else 'n/a',
-                                  1e6 * med([v['background']['poll_s'] for v in views]),
+                                  1e6 * med([x for v in views for x in v['background']['poll_s']]),
                                   sum(v['background']['polls'] for v in views),
                                   1e6 * med([x for v in views for x in v['background']['poll_idle_s']])))
 
@@ -152,6 +173,7 @@ def main():
     p.add_argument('--size', choices=('full', 'tiny'), default='full')
     p.add_argument('--iters', type=int, default=16)
     p.add_argument('--every', type=int, default=4)
+    p.add_argument('--rounds', type=int, default=1, help='sync/background pairs, one after the other')
     p.add_argument('--dir', default=None, help='where the snapshots go (default: the temp dir)')
     p.add_argument('--niceness', type=int, default=None,
                    help='niceness the writer thread adds (default: the library\'s WRITER_NICENESS)')
@@ -161,9 +183,9 @@ def main():
         return _worker(args)
     from chainermn_comm.testing import run_mpi
     res = run_mpi([os.path.abspath(__file__), '--worker', '--size', args.size, '--iters',
-                   str(args.iters), '--every', str(args.every)] + (['--dir', args.dir] if args.dir else [])
+                   str(args.iters), '--every', str(args.every), '--rounds', str(args.rounds)] + (['--dir', args.dir] if args.dir else [])
                   + (['--niceness', str(args.niceness)] if args.niceness is not None else []),
-                  args.ranks, timeout=900)
+                  args.ranks, timeout=900 * args.rounds)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith('RESULT ')]
     if res.returncode != 0 or not line:
         sys.exit('the benchmark job failed (status {}):\n{}\n{}'.format(res.returncode, res.stdout[-4000:],

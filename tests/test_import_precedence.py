@@ -204,7 +204,7 @@ def test_fresh_install_chainer_first_six_paths(tmp_path):
 def test_fresh_install_ours_first(tmp_path, wheels):
     python, pip = _new_venv(tmp_path / 'venv')
     _run(pip + ['--no-deps'] + wheels)
-    _run(pip + ['mpi4py', 'mpich', 'threadpoolctl'])
+    _run(pip + ['mpi4py', 'mpich', 'threadpoolctl', 'zlib-ng'])
     _install_chainer(pip)
     _check_fresh(python, tmp_path)
     _run([python, '-m', 'pip', 'check'])

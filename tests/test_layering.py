@@ -40,6 +40,7 @@ THIRD_PARTY = {
     'poetry': 'poetry-core',
     'matplotlib': 'matplotlib',
     'threadpoolctl': 'threadpoolctl',
+    'zlib_ng': 'zlib-ng',
 }
 #: Distributions that may be imported only lazily (inside a function), from an extra.
 OPTIONAL = {'cupy', 'matplotlib', 'ml-dtypes', 'numba'}

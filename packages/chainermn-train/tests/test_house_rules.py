@@ -15,7 +15,8 @@ PYPROJECT = os.path.join(os.path.dirname(__file__), '..', 'pyproject.toml')
 MODULES = sorted(glob.glob(os.path.join(SRC, '**', '*.py'), recursive=True))
 #: Import name -> distribution name, for what chainermn-train may import.
 DISTRIBUTIONS = {'chainermn_comm': 'chainermn-comm', 'chainer': 'chainer', 'numpy': 'numpy',
-                 'mpi4py': 'mpi4py', 'cupy': None}   # cupy: optional, through chainermn-comm[gpu]
+                 'mpi4py': 'mpi4py', 'cupy': None,   # cupy: optional, through chainermn-comm[gpu]
+                 'zlib_ng': 'zlib-ng'}
 
 
 def _imports(path):

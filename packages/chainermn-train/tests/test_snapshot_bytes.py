@@ -4,6 +4,7 @@ straight to the disk, over a set-aside old file, at a pace; read back by zipfile
 import io
 import os
 import stat
+import sys
 import types
 import zipfile
 
@@ -264,3 +265,40 @@ def test_the_spread_is_bounded(monkeypatch):
     flight.start(2, lambda: 0, nbytes=10)
     assert flight._pace == (10, background.SPREAD * 1.0)
     flight.wait(10)
+
+
+def test_gpu_arrays_are_staged_through_pinned_memory(monkeypatch):
+    pinned = []
+
+    def alloc_pinned_memory(n):
+        pinned.append(bytearray(n))   # page-aligned or not: staging aligns within it
+        return pinned[-1]
+
+    fake = types.ModuleType('cupy')
+    fake.cuda = types.SimpleNamespace(alloc_pinned_memory=alloc_pinned_memory)
+
+    class DeviceArray:
+        """What staging needs of a CuPy array: shape, dtype, get(out=)."""
+
+        def __init__(self, a):
+            self._a = a
+            self.shape, self.dtype = a.shape, a.dtype
+
+        def get(self, out=None):
+            assert out.flags.c_contiguous and out.ctypes.data % stored_zip.ALIGN == 0
+            out[...] = self._a
+            return out
+
+    DeviceArray.__module__ = 'cupy'
+    monkeypatch.setitem(sys.modules, 'cupy', fake)
+    w = numpy.arange(24, dtype=numpy.float32).reshape(4, 6)
+    values = {'W': DeviceArray(w), 'b': numpy.ones(3), 'empty': DeviceArray(numpy.zeros((0, 2)))}
+    st = staging.Staging()
+    image = st.stage(values, {'iteration': 1})
+    assert len(pinned) == 1 and st._buffer.ctypes.data % staging.PAGE == 0
+    assert image.crcs[0] is None   # summed by the writer thread, not while training waits
+    with numpy.load(io.BytesIO(bytes(image.seal()[:image.size]))) as loaded:
+        assert numpy.array_equal(loaded['W'], w) and loaded['W'].dtype == numpy.float32
+        assert numpy.array_equal(loaded['b'], numpy.ones(3)) and loaded['empty'].shape == (0, 2)
+    st.stage({'b': numpy.ones(3)})
+    assert len(pinned) == 1 and not st._pinned   # host arrays only: a plain buffer again

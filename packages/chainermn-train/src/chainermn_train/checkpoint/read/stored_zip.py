@@ -7,8 +7,8 @@ file with every array in place and aligned (``write.staging``).  Sizes and offse
 zip64 form, as ``numpy.savez`` writes its members, so that no array or file is too large.
 :func:`write` writes arrays from their own memory.
 
-The CRC-32 of each member is zlib-ng's where it is installed (about 8x faster than zlib's on the
-machines measured, and the same number), else zlib's.
+The CRC-32 of each member is zlib-ng's: the same number as zlib's, about 8x faster on the machine
+measured (10 ms against 82 ms for 292 MB).
 """
 
 import io
@@ -18,10 +18,7 @@ import time
 import numpy
 from numpy.lib import format as npy_format
 
-try:
-    from zlib_ng.zlib_ng import crc32
-except ImportError:   # a platform without its wheel: zlib's (slower, the same number)
-    from zlib import crc32
+from zlib_ng.zlib_ng import crc32
 
 __all__ = ['Layout', 'write', 'crc32', 'ALIGN', 'bytes_of']
 

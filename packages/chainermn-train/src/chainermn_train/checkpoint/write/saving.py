@@ -332,14 +332,19 @@ def _write_record(ckpt):
 
 
 def complete_floor(ckpt, files, meta_of):
-    """Return the newest iteration known complete (agreed, or every rank's file seen), or -1."""
+    """Return the newest iteration known complete, or -1.
+
+    Known complete: agreed on (recorded), or written synchronously with every rank's file seen.
+    A background generation every rank's file of which is on disk but that was not agreed on yet
+    does not count: a rank may have stopped before telling the others, and its disk may be lost.
+    """
     size = ckpt.comm.size
     by_it = {}
     for r, it in files:
         by_it.setdefault(it, set()).add(r)
     seen = [it for it, ranks in by_it.items() if all(r in ranks for r in range(size)) and all(
         isinstance(meta_of(it, r), dict) and meta_of(it, r).get('world_size') == size
-        for r in range(size))]
+        and not meta_of(it, r).get(complete.BACKGROUND_KEY) for r in range(size))]
     return max(list(ckpt._committed) + seen + [-1])
 
 
