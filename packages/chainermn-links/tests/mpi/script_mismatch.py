@@ -1,5 +1,6 @@
 """Deliberate send/recv mismatch: both ranks wait in functions.recv for each other."""
 
+import os
 import sys
 
 import chainermn_comm
@@ -16,6 +17,7 @@ elif mode == 'wrong_kind':
         try:
             mnf.recv(comm, 0)
         except chainermn_comm.CommunicationError as e:
-            print('CommunicationError:', e, flush=True)
+            # one write: rank 0's line shares the pipe and would otherwise fall between the words
+            os.write(1, 'CommunicationError: {}\n'.format(e).encode())
             sys.exit(3)
 print('rank {} finished'.format(comm.rank), flush=True)
