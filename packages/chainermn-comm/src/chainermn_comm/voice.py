@@ -29,6 +29,7 @@ line from world rank 0 (:func:`interrupted_line`, :func:`on_interrupt`), then th
 
 import builtins
 import sys
+import types
 import traceback
 import warnings
 
@@ -275,25 +276,33 @@ def on_interrupt(note):
         _interrupt_notes.append(note)
 
 
-def _trainer_of(frame):
-    """Return the Chainer ``Trainer`` whose ``run`` is on the stack from ``frame`` down, or None."""
-    while frame is not None:
+def _frames(where):
+    """Yield the frames of ``where`` (a traceback: its own, outermost first; a frame: it and down)."""
+    if isinstance(where, types.TracebackType):
+        # A traceback's levels, not its innermost frame's f_back: a generator's frame (a link's
+        # namedparams, where Ctrl-C may land) has no f_back once it is no longer running.
+        while where is not None:
+            yield where.tb_frame
+            where = where.tb_next
+        return
+    while where is not None:
+        yield where
+        where = where.f_back
+
+
+def _trainer_of(where):
+    """Return the Chainer ``Trainer`` whose ``run`` is on the stack of ``where`` (see :func:`_frames`)."""
+    for frame in _frames(where):
         obj = frame.f_locals.get('self') if frame.f_code.co_name in ('run', '_run') else None
         if obj is not None and type(obj).__name__ == 'Trainer' and hasattr(obj, 'updater'):
             return obj
-        frame = frame.f_back
     return None
-
-
-def _innermost(tb):
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return None if tb is None else tb.tb_frame
 
 
 def interrupted_line(frame=None):
     """Return the one line that reports a job ended by Ctrl-C: at which iteration of the ``Trainer``
-    running on the stack from ``frame`` (if any), and what the :func:`on_interrupt` notes add."""
+    running on the stack of ``frame`` (a frame or a traceback; if any), and what the
+    :func:`on_interrupt` notes add."""
     trainer = _trainer_of(frame)
     parts = ['chainermn: the job was interrupted (Ctrl-C)']
     if trainer is not None:
@@ -322,7 +331,7 @@ def report_interrupt_here(tb=None, frame=None):
     if _interrupt_state['reported']:
         return
     _interrupt_state['reported'] = True
-    _write(interrupted_line(_innermost(tb) if tb is not None else frame) + '\n')
+    _write(interrupted_line(tb if tb is not None else frame) + '\n')
 
 
 def end_interrupted(tb):
