@@ -53,9 +53,11 @@ def _worker(args):
     from models import make_link, param_shapes
 
     comm = chainermn_comm.create_communicator('naive')
+    from chainermn_train.checkpoint.write import background as write_background
     if args.niceness is not None:   # what this bench compares; the library's default otherwise
-        from chainermn_train.checkpoint.write import background as write_background
         write_background.WRITER_NICENESS = args.niceness
+    if args.spread is not None:
+        write_background.SPREAD = args.spread
     link = make_link(param_shapes('resnet50', args.size), seed=comm.rank)
     opt = chainer.optimizers.Adam()
     opt.setup(link)
@@ -152,11 +154,13 @@ def _report(views, args):
               bg / sync, bg, sync, med([x for m, _, x in rows if m == 'background'])))
     steady = med([x for v in views for x in v['sync']['every']])
     mean_bg = med([v['background']['elapsed'] / v['background']['iters'] for v in views])
+    mean_sync = med([v['sync']['elapsed'] / v['sync']['iters'] for v in views])
     print('all in: an iteration with background saves takes {:.3f} s on average (saves included), '
           '{:.2f}x a synchronous-mode iteration that neither saves nor follows a save ({:.3f} s); '
-          'the most a background save stopped a rank: {:.3f} s (the first: its staging buffer is '
-          'new)'.format(mean_bg, mean_bg / steady, steady,
-                        max(x for v in views for x in v['background']['stalls'])))
+          'with synchronous saves {:.3f} s ({:.2f}x); the most a background save stopped a rank: '
+          '{:.3f} s (the first: its staging buffer is new)'.format(
+              mean_bg, mean_bg / steady, steady, mean_sync, mean_sync / steady,
+              max(x for v in views for x in v['background']['stalls'])))
     lags = [x for view in views for x in view['background']['lags']]
     print('agreement on a background write: {} iteration(s) after its save (median; max {}); a poll '
           '(one all-reduce of two integers) every iteration while it runs: {:.1f} us on average '
@@ -177,6 +181,8 @@ def main():
     p.add_argument('--dir', default=None, help='where the snapshots go (default: the temp dir)')
     p.add_argument('--niceness', type=int, default=None,
                    help='niceness the writer thread adds (default: the library\'s WRITER_NICENESS)')
+    p.add_argument('--spread', type=float, default=None,
+                   help='part of the time between saves a write is spread over (default: the library\'s SPREAD)')
     p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -184,7 +190,8 @@ def main():
     from chainermn_comm.testing import run_mpi
     res = run_mpi([os.path.abspath(__file__), '--worker', '--size', args.size, '--iters',
                    str(args.iters), '--every', str(args.every), '--rounds', str(args.rounds)] + (['--dir', args.dir] if args.dir else [])
-                  + (['--niceness', str(args.niceness)] if args.niceness is not None else []),
+                  + (['--niceness', str(args.niceness)] if args.niceness is not None else [])
+                  + (['--spread', str(args.spread)] if args.spread is not None else []),
                   args.ranks, timeout=900 * args.rounds)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith('RESULT ')]
     if res.returncode != 0 or not line:

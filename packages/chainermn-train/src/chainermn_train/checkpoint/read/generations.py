@@ -9,11 +9,13 @@ ranks is ``load``.
 import os
 import re
 
+import numpy
+
 from chainermn_comm import safe_files
 
 from chainermn_train.checkpoint.read import lineage, npz
 
-__all__ = ['list_files', 'read_meta', 'BYTES_KEY', 'group_views', 'exact_candidates',
+__all__ = ['list_files', 'read_meta', 'remember_meta', 'BYTES_KEY', 'group_views', 'exact_candidates',
            'own_file_problems', 'complete_generation_exists', 'oversized', 'files_to_collect',
            'summary']
 
@@ -24,6 +26,10 @@ BYTES_KEY = ' declared bytes'
 _FAR_LARGER = 4
 #: ... plus this many bytes (rank 0 may hold a bigger log than the others).
 _SLACK_BYTES = 16 << 20
+#: The metadata of files read (or written) by this process, while the file is what it was:
+#: ``{path: (identity, allow_shared, meta)}`` (see :func:`_identity`).
+_KNOWN = {}
+_KNOWN_MOST = 4096
 
 
 def list_files(directory, name, stray=None):
@@ -48,14 +54,65 @@ def list_files(directory, name, stray=None):
     return sorted(out)
 
 
+def _identity(path):
+    """Return what changes whenever the file at ``path`` is changed, replaced, chmod-ed or chown-ed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+
+
+def remember_meta(path, meta, size):
+    """Record the metadata of the snapshot file this process just wrote at ``path`` (``size`` bytes).
+
+    ``meta`` as it was written (numbers); :func:`read_meta` then answers without reading the file
+    while it stays as it is.
+    """
+    known = {key: numpy.asarray(value).item() if numpy.ndim(value) == 0 else numpy.asarray(value)
+             for key, value in meta.items()}
+    known[BYTES_KEY] = size
+    _keep(path, _identity(path), None, known)
+
+
+def _keep(path, identity, allow_shared, meta):
+    if identity is None:
+        return
+    if len(_KNOWN) >= _KNOWN_MOST:
+        _KNOWN.clear()
+    _KNOWN[path] = (identity, allow_shared, meta)
+
+
 def read_meta(path, allow_shared=None, rank=None, iteration=None):
     """Return the metadata of the snapshot file ``path``, or ``(kind, why)`` when it cannot be used.
 
     The file is opened only if it is a regular file this user may trust
     (``safe_files.open_trusted``; else kind ``'untrusted'``).  ``rank`` and ``iteration``, when
     given, must equal what the file records (kind ``'mismatch'`` for a renamed or planted file).  The
-    dict also holds, under :data:`BYTES_KEY`, the bytes its zip entries declare in all.
+    dict also holds, under :data:`BYTES_KEY`, the bytes its zip entries declare in all.  A file
+    read (or written, :func:`remember_meta`) before by this process and not changed since (same
+    inode, size, times, mode and owner) is not read again: parsing a zip's directory is Python
+    work that a background writer thread would take from training.
     """
+    identity = _identity(path)
+    known = _KNOWN.get(path)
+    if (identity is not None and known is not None and known[0] == identity
+            and known[1] in (None, allow_shared)):
+        meta = dict(known[2])
+    else:
+        meta = _read_meta(path, allow_shared)
+        if not isinstance(meta, dict):
+            return meta
+        _keep(path, identity, allow_shared, dict(meta))
+    for key, want in (('iteration', iteration), ('rank', rank)):
+        have = meta.get(key)
+        if want is not None and have is not None and int(have) != int(want):
+            return ('mismatch', 'it records {} {} but its name says {} (renamed, or put there '
+                    'by someone else)'.format(key, have, want))
+    return meta
+
+
+def _read_meta(path, allow_shared):
     try:
         with safe_files.open_trusted(path, 'snapshot', allow_shared=allow_shared) as f:
             meta = npz.read_meta(f, name=path)
@@ -67,11 +124,6 @@ def read_meta(path, allow_shared=None, rank=None, iteration=None):
         return ('refused', str(e))
     except Exception as e:
         return ('unreadable', '{}: {}'.format(type(e).__name__, e))
-    for key, want in (('iteration', iteration), ('rank', rank)):
-        have = meta.get(key)
-        if want is not None and have is not None and int(have) != int(want):
-            return ('mismatch', 'it records {} {} but its name says {} (renamed, or put there '
-                    'by someone else)'.format(key, have, want))
     return meta
 
 

@@ -77,7 +77,7 @@ class Outcome:
 WRITER_NICENESS = 10
 #: A staged write is spread over this part of the time between the two saves before it (the
 #: time since the checkpointer was made, for its first save): the next save should find it done.
-SPREAD = 0.5
+SPREAD = 0.75
 #: The longest a write is spread over (a snapshot is durable this long after its save, at most,
 #: when the disk is fast enough).
 MAX_SPREAD_SECONDS = 10.0

@@ -23,7 +23,7 @@ import numpy
 from chainermn_comm import trace, voice
 
 from chainermn_train.checkpoint.ownership.trust import CheckpointWarning
-from chainermn_train.checkpoint.read import data_order, lineage, npz
+from chainermn_train.checkpoint.read import data_order, generations, lineage, npz
 from chainermn_train.checkpoint.reshard import resize
 from chainermn_train.checkpoint.write import background, complete, staging, writer
 from chainermn_train.checkpoint.write.background import kill_point
@@ -66,6 +66,7 @@ def save_sync(ckpt, obj, iteration):
     final = ckpt.filename(iteration)
     meta = _meta(ckpt, obj, iteration)
     size = writer.write_atomically(final, lambda f: npz.write(f, obj, meta))
+    generations.remember_meta(final, meta, size)
     ckpt._counter = iteration
     st = ckpt._stats
     st['saves'] += 1
@@ -116,6 +117,7 @@ def save_background(ckpt, obj, iteration):
         size = writer.write_atomically(
             final, lambda f: image.write_to(flight.file(f), writer.write_aligned), rank, raw=True,
             reuse=spare)
+        generations.remember_meta(final, meta, size)   # its collection need not read it back
         if collect:   # here, off the training thread: reading old files' metadata, unlinking
             _collect_after_write(ckpt)
         return size

@@ -73,6 +73,7 @@ class Image:
         self.layout = layout
         self.buffer = buffer   # a page-aligned uint8 array, at least the size rounded up to PAGE
         self.crcs = crcs       # each member's CRC-32, or None where the writer sums it
+        self._sealed = False
 
     @property
     def size(self):
@@ -82,6 +83,8 @@ class Image:
     def seal(self):
         """Fill in each member's local header with its CRC-32, and the directory; return the view."""
         layout, buf = self.layout, self.buffer
+        if self._sealed:
+            return memoryview(buf)
         crcs = []
         for m, crc in zip(layout.members, self.crcs):
             if crc is None:
@@ -91,6 +94,7 @@ class Image:
             crcs.append(crc)
         tail = layout.directory(crcs)
         buf[layout.directory_offset:layout.size] = numpy.frombuffer(tail, numpy.uint8)
+        self._sealed = True
         return memoryview(buf)
 
     def write_to(self, f, write_aligned):
@@ -169,4 +173,7 @@ class Staging:
                 crcs.append(None)   # summed by the writer thread
             else:
                 crcs.append(_copy_summed(buf, m, arr))
-        return Image(layout, buf, crcs)
+        image = Image(layout, buf, crcs)
+        if None not in crcs:   # sealed here: the writer thread then runs almost no Python (the GIL)
+            image.seal()
+        return image
