@@ -278,10 +278,8 @@ def on_interrupt(note):
 
 def _frames(where):
     """Yield the frames of ``where`` (a traceback: its own, outermost first; a frame: it and down)."""
-    if isinstance(where, types.TracebackType):
-        # A traceback's levels, not its innermost frame's f_back: a generator's frame (a link's
-        # namedparams, where Ctrl-C may land) has no f_back once it is no longer running.
-        while where is not None:
+    if isinstance(where, types.TracebackType):   # not the innermost frame's f_back: a suspended
+        while where is not None:                  # generator's frame (namedparams) has none
             yield where.tb_frame
             where = where.tb_next
         return
