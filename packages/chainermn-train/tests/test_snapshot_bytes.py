@@ -302,3 +302,15 @@ def test_gpu_arrays_are_staged_through_pinned_memory(monkeypatch):
         assert numpy.array_equal(loaded['b'], numpy.ones(3)) and loaded['empty'].shape == (0, 2)
     st.stage({'b': numpy.ones(3)})
     assert len(pinned) == 1 and not st._pinned   # host arrays only: a plain buffer again
+
+
+def test_stale_temporary_files_of_the_records_are_removed_too(tmp_path):
+    # A job killed while it wrote its complete record left '..<name>.<rank>.complete.<random>.tmp'
+    # (a hidden file's temporary name has one more dot); the folder could then never be removed.
+    names = ['..mnist.0.complete.k2j3.tmp', '.mnist.0.30.x8.tmp', '.mnist.0.ab12.tmp',
+             '..mnist.1.complete.zz.tmp', '.mnist.1.30.q.tmp', 'mnist.0.30', '..mnist.0.complete']
+    for fn in names:
+        _own(str(tmp_path / fn))
+    writer.remove_stale_tmp(str(tmp_path), '.mnist.0.')
+    assert sorted(os.listdir(str(tmp_path))) == sorted(
+        ['..mnist.1.complete.zz.tmp', '.mnist.1.30.q.tmp', 'mnist.0.30', '..mnist.0.complete'])

@@ -132,12 +132,14 @@ def remove_file(path):
 def remove_stale_tmp(directory, prefix):
     """Remove this user's temporary files starting with ``prefix`` that a crashed writer left.
 
-    Only regular files of this user are removed; links and other users' files stay.
+    Those of the records named ``prefix...`` too (the complete, owner and made records: their
+    temporary files start with one more dot, ``.<record name>.<random>.tmp``).  Only regular files
+    of this user are removed; links and other users' files stay.
     """
     try:
         entries = os.listdir(directory)
     except FileNotFoundError:
         return
     for fn in entries:
-        if fn.startswith(prefix) and fn.endswith(TMP_SUFFIX):
+        if (fn.startswith(prefix) or fn.startswith('.' + prefix)) and fn.endswith(TMP_SUFFIX):
             safe_files.remove_own(os.path.join(directory, fn))
