@@ -24,7 +24,7 @@ from numpy.lib import format as npy_format
 
 from chainermn_train.checkpoint.read import stored_zip
 
-__all__ = ['FORMAT_KEY', 'NONE_KEY', 'META_PREFIX', 'FORMAT_VERSION', 'PickleRequired',
+__all__ = ['is_cupy', 'FORMAT_KEY', 'NONE_KEY', 'META_PREFIX', 'FORMAT_VERSION', 'PickleRequired',
            'MemberTooLarge', 'to_arrays', 'write', 'write_arrays', 'read', 'read_meta', 'split_meta', 'declared_bytes',
            'member_limit', 'SMALL_MEMBER_BYTES', 'UNKNOWN_MEMBER_BYTES']
 
@@ -80,7 +80,8 @@ class PickleRequired(ValueError):
                          'snapshots, or tampered with); unpickling can run any code'.format(path, shown))
 
 
-def _is_cupy(value):
+def is_cupy(value):
+    """Return whether ``value`` is a CuPy array (CuPy is never imported here)."""
     return type(value).__module__.split('.')[0] == 'cupy'
 
 
@@ -106,7 +107,7 @@ def to_arrays(obj, meta=None):
         if key in _RESERVED or key.startswith(META_PREFIX):
             raise ValueError('cannot save a snapshot with the reserved key {!r}; rename that '
                              'attribute'.format(key))
-        arr = value if _is_cupy(value) else numpy.asanyarray(value)   # CuPy: staged as it is
+        arr = value if is_cupy(value) else numpy.asanyarray(value)   # CuPy: staged as it is
         if _is_none(arr):
             nones.append(key)
             continue

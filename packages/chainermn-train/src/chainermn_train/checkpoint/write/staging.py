@@ -52,13 +52,9 @@ def capture(obj):
     return target
 
 
-def _is_cupy(value):
-    return type(value).__module__.split('.')[0] == 'cupy'
-
-
 def _on_host(value):
     """Return ``value`` as :func:`npz.to_arrays` takes it: NumPy and CuPy arrays as they are."""
-    if value is None or _is_cupy(value) or (isinstance(value, numpy.ndarray)
+    if value is None or npz.is_cupy(value) or (isinstance(value, numpy.ndarray)
                                             and not value.dtype.hasobject):
         return value
     if isinstance(value, chainer.get_array_types()):   # chainerx, another device
@@ -163,11 +159,11 @@ class Staging:
         """
         arrays = npz.to_arrays({key: _on_host(value) for key, value in values.items()}, meta)
         layout = stored_zip.Layout(arrays)
-        buf = self._room(layout.size, any(_is_cupy(a) for a in arrays.values()))
+        buf = self._room(layout.size, any(npz.is_cupy(a) for a in arrays.values()))
         crcs = []
         for m, arr in zip(layout.members, arrays.values()):
             buf[m.start - len(m.header):m.start] = numpy.frombuffer(m.header, numpy.uint8)
-            if _is_cupy(arr):
+            if npz.is_cupy(arr):
                 if m.nbytes:
                     arr.get(out=numpy.ndarray(m.shape, m.dtype, buf.data, m.start))   # synchronous
                 crcs.append(None)   # summed by the writer thread
